@@ -1,0 +1,89 @@
+"""Shared test fixtures.
+
+One multi-node Ray cluster per test session (``ray_cluster``), started lazily by the first test
+that asks for it: the head on the host IP plus two worker nodes on 127.0.0.2 and 127.0.0.3
+(runtime-notes §4). Everything it starts is stopped by ``cluster.shutdown()`` — never ``ray stop``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # ~/.ray/auth_token is shared machine-wide
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def free_port(kind: int = socket.SOCK_DGRAM, host: str = "127.0.0.1") -> int:
+    """A currently free UDP (default) or TCP port on ``host``."""
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class RayTestCluster:
+    """The session's Ray cluster: ``address``, node ids by role, and the underlying Cluster."""
+
+    cluster: Any
+    address: str
+    head_node_id: str
+    node_ids: dict[str, str]  # "127.0.0.2" -> node id, ...
+    temp_dir: str
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[RayTestCluster]:
+    import ray
+    from ray.cluster_utils import Cluster
+
+    temp_dir = tempfile.mkdtemp(prefix="rkq", dir="/tmp")  # short: unix socket paths ≤ 107 bytes
+    store = 200 << 20
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args=dict(
+            num_cpus=4,
+            include_dashboard=False,
+            object_store_memory=store,
+            temp_dir=temp_dir,
+            resources={"kvnode_head": 1},
+        ),
+    )
+    try:
+        for i, ip in enumerate(("127.0.0.2", "127.0.0.3")):
+            cluster.add_node(
+                num_cpus=4,
+                node_ip_address=ip,
+                object_store_memory=store,
+                resources={f"kvnode{i + 1}": 1},
+            )
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
+        nodes = {n["NodeManagerAddress"]: n["NodeID"] for n in ray.nodes() if n["Alive"]}
+        head_id = next(
+            n["NodeID"] for n in ray.nodes() if "node:__internal_head__" in n["Resources"]
+        )
+        yield RayTestCluster(
+            cluster=cluster,
+            address=cluster.address,
+            head_node_id=head_id,
+            node_ids=nodes,
+            temp_dir=temp_dir,
+        )
+    finally:
+        try:
+            from ray import serve
+
+            if ray.is_initialized():
+                serve.shutdown()
+        except Exception:
+            pass
+        ray.shutdown()
+        cluster.shutdown()

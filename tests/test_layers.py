@@ -1,0 +1,86 @@
+"""Imports flow one way (DESIGN.md): walk every module's AST and fail on an upward or sideways import."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[1] / "ray_kvmoq"
+
+# layer -> the ray_kvmoq layers it may import. Anything not listed is forbidden.
+ALLOWED: dict[str, set[str]] = {
+    "moqt": set(),
+    "kvcache": {"moqt"},
+    "relay": {"moqt"},  # the relay never looks inside a payload: no kvcache
+    "engine": {"kvcache"},
+    "serving": {"moqt", "kvcache", "relay", "engine"},
+    "bench": {"moqt", "kvcache", "relay", "engine", "serving", "commands"},
+    "commands": {"moqt", "kvcache", "relay", "engine", "serving", "bench"},
+    "cli": {"moqt", "kvcache", "relay", "engine", "serving", "bench", "commands"},
+}
+# Third-party packages a layer must not touch (DESIGN.md: "ray only in actor.py").
+FORBIDDEN_THIRD_PARTY: dict[str, set[str]] = {
+    "moqt": {"ray", "torch", "numpy"},
+    "kvcache": {"ray", "aioquic"},
+}
+RAY_ALLOWED_IN_RELAY = {"actor.py"}
+
+
+def _layer_of(path: Path) -> str:
+    rel = path.relative_to(PKG)
+    return rel.parts[0].removesuffix(".py") if rel.parts else ""
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    out: list[tuple[int, str]] = []
+    pkg_parts = ("ray_kvmoq", *path.relative_to(PKG).parent.parts)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.extend((node.lineno, a.name) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = pkg_parts[: len(pkg_parts) - node.level + 1]
+                mod = ".".join((*base, node.module)) if node.module else ".".join(base)
+            else:
+                mod = node.module or ""
+            out.append((node.lineno, mod))
+    return out
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in PKG.rglob("*.py") if p.name != "__init__.py" or p.parent != PKG)
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PKG)))
+def test_imports_flow_downward(path: Path) -> None:
+    layer = _layer_of(path)
+    if layer not in ALLOWED:
+        pytest.fail(f"{path.relative_to(PKG)} is in no known layer; add it to ALLOWED")
+    bad = []
+    for lineno, mod in _imports(path):
+        parts = mod.split(".")
+        if parts[0] == "ray_kvmoq" and len(parts) > 1:
+            target = parts[1]
+            if target != layer and target not in ALLOWED[layer] and target != "__init__":
+                bad.append(f"line {lineno}: {mod} ({layer} -> {target})")
+        elif parts[0] in FORBIDDEN_THIRD_PARTY.get(layer, set()):
+            bad.append(f"line {lineno}: {mod} (third-party {parts[0]} not allowed in {layer})")
+        elif layer == "relay" and parts[0] == "ray" and path.name not in RAY_ALLOWED_IN_RELAY:
+            bad.append(f"line {lineno}: {mod} (ray only in relay/actor.py)")
+    assert not bad, f"{path.relative_to(PKG)} imports against the layer order:\n" + "\n".join(bad)
+
+
+def test_checker_catches_an_upward_import(tmp_path: Path) -> None:
+    """The walker itself must see both absolute and relative imports."""
+    fake = PKG / "moqt" / "_layer_probe_tmp.py"
+    fake.write_text("from ..engine import model\nimport ray_kvmoq.serving\n")
+    try:
+        mods = [m for _, m in _imports(fake)]
+        assert "ray_kvmoq.engine.model" in mods and "ray_kvmoq.serving" in mods
+        with pytest.raises(pytest.fail.Exception):
+            test_imports_flow_downward(fake)
+    finally:
+        fake.unlink()
