@@ -8,7 +8,6 @@ that asks for it: the head on the host IP plus two worker nodes on 127.0.0.2 and
 from __future__ import annotations
 
 import os
-import socket
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,13 +18,6 @@ import pytest
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # ~/.ray/auth_token is shared machine-wide
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-
-def free_port(kind: int = socket.SOCK_DGRAM, host: str = "127.0.0.1") -> int:
-    """A currently free UDP (default) or TCP port on ``host``."""
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
