@@ -14,8 +14,14 @@ import click
 
 # name -> ("module:attr", one-line help shown by --help without importing the module)
 _COMMANDS: dict[str, tuple[str, str]] = {
-    "pub": ("ray_kvmoq.commands.moqt:pub", "Publish a synthetic track to a MoQT relay or subscriber."),
-    "sub": ("ray_kvmoq.commands.moqt:sub", "Subscribe to (or fetch) a MoQT track and print objects."),
+    "pub": (
+        "ray_kvmoq.commands.moqt:pub",
+        "Publish a synthetic track to a MoQT relay or subscriber.",
+    ),
+    "sub": (
+        "ray_kvmoq.commands.moqt:sub",
+        "Subscribe to (or fetch) a MoQT track and print objects.",
+    ),
     "relay": ("ray_kvmoq.commands.relay:relay", "Run a caching MoQT relay outside Ray."),
     "chat": ("ray_kvmoq.commands.engine:chat", "Answer one prompt with the local model."),
     "serve": ("ray_kvmoq.commands.serve:serve", "Start the serving app (Ray Serve, OpenAI API)."),
@@ -44,7 +50,8 @@ class _LazyGroup(click.Group):
         if cmd_name in self._lazy:
             target, _ = self._lazy[cmd_name]
             module_name, attr = target.split(":")
-            return getattr(importlib.import_module(module_name), attr)  # type: ignore[no-any-return]
+            command: click.Command = getattr(importlib.import_module(module_name), attr)
+            return command
         return super().get_command(ctx, cmd_name)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
