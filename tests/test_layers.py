@@ -33,10 +33,10 @@ def _layer_of(path: Path) -> str:
     return rel.parts[0].removesuffix(".py") if rel.parts else ""
 
 
-def _imports(path: Path) -> list[tuple[int, str]]:
+def _imports(path: Path, pkg_parts: tuple[str, ...]) -> list[tuple[int, str]]:
+    """(line, absolute module) for every import in ``path``, which sits in package ``pkg_parts``."""
     tree = ast.parse(path.read_text(), filename=str(path))
     out: list[tuple[int, str]] = []
-    pkg_parts = ("ray_kvmoq", *path.relative_to(PKG).parent.parts)
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out.extend((node.lineno, a.name) for a in node.names)
@@ -54,33 +54,40 @@ def _modules() -> list[Path]:
     return sorted(p for p in PKG.rglob("*.py") if p.name != "__init__.py" or p.parent != PKG)
 
 
-@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PKG)))
-def test_imports_flow_downward(path: Path) -> None:
-    layer = _layer_of(path)
-    if layer not in ALLOWED:
-        pytest.fail(f"{path.relative_to(PKG)} is in no known layer; add it to ALLOWED")
+def _violations(path: Path, layer: str, pkg_parts: tuple[str, ...]) -> list[str]:
     bad = []
-    for lineno, mod in _imports(path):
+    for lineno, mod in _imports(path, pkg_parts):
         parts = mod.split(".")
         if parts[0] == "ray_kvmoq" and len(parts) > 1:
             target = parts[1]
-            if target != layer and target not in ALLOWED[layer] and target != "__init__":
+            if target != layer and target not in ALLOWED[layer]:
                 bad.append(f"line {lineno}: {mod} ({layer} -> {target})")
         elif parts[0] in FORBIDDEN_THIRD_PARTY.get(layer, set()):
             bad.append(f"line {lineno}: {mod} (third-party {parts[0]} not allowed in {layer})")
         elif layer == "relay" and parts[0] == "ray" and path.name not in RAY_ALLOWED_IN_RELAY:
             bad.append(f"line {lineno}: {mod} (ray only in relay/actor.py)")
+    return bad
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PKG)))
+def test_imports_flow_downward(path: Path) -> None:
+    layer = _layer_of(path)
+    assert layer in ALLOWED, f"{path.relative_to(PKG)} is in no known layer; add it to ALLOWED"
+    pkg_parts = ("ray_kvmoq", *path.relative_to(PKG).parent.parts)
+    bad = _violations(path, layer, pkg_parts)
     assert not bad, f"{path.relative_to(PKG)} imports against the layer order:\n" + "\n".join(bad)
 
 
-def test_checker_catches_an_upward_import(tmp_path: Path) -> None:
-    """The walker itself must see both absolute and relative imports."""
-    fake = PKG / "moqt" / "_layer_probe_tmp.py"
-    fake.write_text("from ..engine import model\nimport ray_kvmoq.serving\n")
-    try:
-        mods = [m for _, m in _imports(fake)]
-        assert "ray_kvmoq.engine" in mods and "ray_kvmoq.serving" in mods
-        with pytest.raises(pytest.fail.Exception):
-            test_imports_flow_downward(fake)
-    finally:
-        fake.unlink()
+def test_checker_catches_upward_and_forbidden_imports(tmp_path: Path) -> None:
+    """The walker itself must see absolute, relative and third-party imports."""
+    probe = tmp_path / "probe.py"
+    probe.write_text("from ..engine import model\nimport ray_kvmoq.serving\nimport torch\n")
+    bad = _violations(probe, "moqt", ("ray_kvmoq", "moqt"))
+    assert [b.split(" (")[1] for b in bad] == [
+        "moqt -> engine)",
+        "moqt -> serving)",
+        "third-party torch not allowed in moqt)",
+    ]
+    relay_probe = tmp_path / "relay.py"
+    relay_probe.write_text("from ray_kvmoq.kvcache import naming\nimport ray\n")
+    assert len(_violations(relay_probe, "relay", ("ray_kvmoq", "relay"))) == 2
