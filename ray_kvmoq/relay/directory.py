@@ -1,0 +1,203 @@
+"""The KV directory: which node holds which track groups and which chunk hashes (sans-I/O).
+
+Fed by the relays (a relay reports the groups it caches and the ones it evicts), read by the
+router and by prefill. Payload-agnostic: a chunk hash is an opaque ``bytes`` label that a
+publisher attached to a group (DESIGN.md "prefix reuse": h_k names chunk k of any prompt that
+shares the first (k+1)·C tokens, so a lookup by h_k finds a group on some node's relay).
+
+Invariants:
+
+* Every location recorded for a node is dropped by ``remove_groups`` (eviction) or by
+  ``remove_node`` (relay death); nothing keeps pointing at a node after ``remove_node``.
+* ``by_hash`` and ``by_node`` are two views of the same set of :class:`Location` s.
+
+The Ray shell (``actor.py``) wraps one :class:`Directory` in the ``kvmoq_directory`` actor; tests
+and the plain relay use it directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+__all__ = ["Directory", "Location", "NodeInfo"]
+
+Namespace = tuple[bytes, ...]
+
+
+@dataclass(frozen=True, kw_only=True, order=True)
+class Location:
+    """One group of one track on one node."""
+
+    node_id: str
+    """The Ray node id (or any relay id outside Ray)."""
+    namespace: Namespace
+    """Track namespace tuple."""
+    track: bytes
+    """Track name."""
+    group_id: int
+    """Group id (chunk index for KV tracks)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeInfo:
+    """Where a node's relay listens."""
+
+    node_id: str
+    """The Ray node id."""
+    host: str
+    """IP the relay's MoQT server is bound to."""
+    port: int
+    """UDP port of the relay's MoQT server."""
+
+
+@dataclass
+class _NodeState:
+    info: NodeInfo | None = None
+    groups: dict[tuple[Namespace, bytes], set[int]] = field(default_factory=dict)
+    hashes: dict[tuple[Namespace, bytes, int], bytes] = field(default_factory=dict)
+
+
+class Directory:
+    """node → tracks/groups and chunk hash → locations; removal on eviction and node death."""
+
+    def __init__(self) -> None:
+        self._nodes: dict[str, _NodeState] = {}
+        self._by_hash: dict[bytes, set[Location]] = {}
+        self._by_track: dict[tuple[Namespace, bytes], dict[int, set[str]]] = {}
+
+    # ---- feeding -------------------------------------------------------------------------
+
+    def register_node(self, info: NodeInfo) -> None:
+        """Record (or update) where a node's relay listens."""
+        self._nodes.setdefault(info.node_id, _NodeState()).info = info
+
+    def add_groups(
+        self,
+        node_id: str,
+        namespace: Namespace,
+        track: bytes,
+        groups: Iterable[int],
+        hashes: Mapping[int, bytes] | None = None,
+    ) -> None:
+        """Record that ``node_id`` caches ``groups`` of a track; ``hashes`` maps group → hash."""
+        st = self._nodes.setdefault(node_id, _NodeState())
+        held = st.groups.setdefault((namespace, track), set())
+        per_group = self._by_track.setdefault((namespace, track), {})
+        hashes = hashes or {}
+        for gid in groups:
+            held.add(gid)
+            per_group.setdefault(gid, set()).add(node_id)
+            h = hashes.get(gid)
+            if h is not None:
+                old = st.hashes.get((namespace, track, gid))
+                if old is not None and old != h:
+                    self._unhash(
+                        old,
+                        Location(node_id=node_id, namespace=namespace, track=track, group_id=gid),
+                    )
+                st.hashes[(namespace, track, gid)] = h
+                loc = Location(node_id=node_id, namespace=namespace, track=track, group_id=gid)
+                self._by_hash.setdefault(h, set()).add(loc)
+
+    def remove_groups(
+        self, node_id: str, namespace: Namespace, track: bytes, groups: Iterable[int]
+    ) -> None:
+        """Forget groups a node no longer caches (eviction)."""
+        st = self._nodes.get(node_id)
+        if st is None:
+            return
+        held = st.groups.get((namespace, track), set())
+        per_group = self._by_track.get((namespace, track), {})
+        for gid in groups:
+            held.discard(gid)
+            nodes = per_group.get(gid)
+            if nodes is not None:
+                nodes.discard(node_id)
+                if not nodes:
+                    del per_group[gid]
+            h = st.hashes.pop((namespace, track, gid), None)
+            if h is not None:
+                self._unhash(
+                    h, Location(node_id=node_id, namespace=namespace, track=track, group_id=gid)
+                )
+        if not held:
+            st.groups.pop((namespace, track), None)
+        if not per_group:
+            self._by_track.pop((namespace, track), None)
+
+    def remove_node(self, node_id: str) -> None:
+        """Forget everything about a node (its relay died or left)."""
+        st = self._nodes.pop(node_id, None)
+        if st is None:
+            return
+        for (ns, track), groups in st.groups.items():
+            per_group = self._by_track.get((ns, track), {})
+            for gid in groups:
+                nodes = per_group.get(gid)
+                if nodes is not None:
+                    nodes.discard(node_id)
+                    if not nodes:
+                        del per_group[gid]
+            if not per_group:
+                self._by_track.pop((ns, track), None)
+        for (ns, track, gid), h in st.hashes.items():
+            self._unhash(h, Location(node_id=node_id, namespace=ns, track=track, group_id=gid))
+
+    # ---- queries -------------------------------------------------------------------------
+
+    def nodes(self) -> list[NodeInfo]:
+        """Every registered node's relay address."""
+        return [st.info for st in self._nodes.values() if st.info is not None]
+
+    def node(self, node_id: str) -> NodeInfo | None:
+        """One node's relay address, if registered."""
+        st = self._nodes.get(node_id)
+        return None if st is None else st.info
+
+    def nodes_for(
+        self, namespace: Namespace, track: bytes, group_id: int | None = None
+    ) -> list[str]:
+        """Nodes caching a group (or any group of the track when ``group_id`` is None), sorted."""
+        per_group = self._by_track.get((namespace, track), {})
+        if group_id is not None:
+            return sorted(per_group.get(group_id, set()))
+        return sorted(set().union(*per_group.values())) if per_group else []
+
+    def groups_on(self, node_id: str, namespace: Namespace, track: bytes) -> list[int]:
+        """Groups of a track that a node caches, ascending."""
+        st = self._nodes.get(node_id)
+        return sorted(st.groups.get((namespace, track), ())) if st else []
+
+    def lookup_hash(self, chunk_hash: bytes) -> list[Location]:
+        """Every known location of a chunk hash, sorted."""
+        return sorted(self._by_hash.get(chunk_hash, ()))
+
+    def longest_prefix(self, chunk_hashes: Sequence[bytes]) -> list[list[Location]]:
+        """Locations for ``chunk_hashes[0..k]`` for the largest k where every hash is known.
+
+        The result has one entry per matched chunk (so ``len`` is the number of reusable
+        chunks); a prefill reads chunk i from any location in entry i.
+        """
+        out: list[list[Location]] = []
+        for h in chunk_hashes:
+            locs = self.lookup_hash(h)
+            if not locs:
+                break
+            out.append(locs)
+        return out
+
+    def stats(self) -> dict[str, int]:
+        """Sizes, for logs and tests."""
+        return {
+            "nodes": len(self._nodes),
+            "hashes": len(self._by_hash),
+            "tracks": len(self._by_track),
+        }
+
+    def _unhash(self, h: bytes, loc: Location) -> None:
+        locs = self._by_hash.get(h)
+        if locs is not None:
+            locs.discard(loc)
+            if not locs:
+                del self._by_hash[h]
