@@ -1,0 +1,291 @@
+"""Control-message framing for MoQT draft-14 (d14 §9): stateless encode/decode and an
+incremental control-stream parser.
+
+Frame layout: ``Message Type (i) | Message Length (16) | Message Payload (..)``.
+
+Design (moxygen's framer/codec split; moq's ``DecodeError::Short``):
+
+* :func:`encode_control` and :func:`decode_control` are pure functions over one message, with
+  the version passed explicitly. Per-message payload codecs live in :mod:`.framer_track` and
+  :mod:`.framer_session`; this module holds the dispatch tables.
+* :class:`ControlStreamParser` reassembles frames across arbitrary chunking. A frame prefix that
+  is not complete yet simply waits (that is :class:`NeedMoreData` territory); once the declared
+  length is complete, the payload must decode exactly, else :class:`ProtocolViolation`.
+* An unknown message type is rejected as soon as its varint is complete, before waiting for the
+  payload (d14 §9: "MUST close the session").
+
+Errors: peer input raises :class:`RemoteProtocolError` subclasses only; our own invalid
+messages raise :class:`LocalProtocolError`. A parser that raised stays failed.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from . import framer_session as s
+from . import framer_track as t
+from .errors import (
+    LocalProtocolError,
+    MoqtError,
+    NeedMoreData,
+    ProtocolViolation,
+    UnknownMessageType,
+)
+from .framer_common import DecodeOptions
+from .messages import (
+    MESSAGE_CLASSES,
+    FetchCancel,
+    FetchError,
+    MaxRequestId,
+    Message,
+    PublishError,
+    PublishNamespaceError,
+    PublishNamespaceOk,
+    RequestsBlocked,
+    Subscribe,
+    SubscribeError,
+    SubscribeNamespaceError,
+    SubscribeNamespaceOk,
+    SubscribeOk,
+    TrackStatus,
+    TrackStatusError,
+    TrackStatusOk,
+    Unsubscribe,
+)
+from .types import DRAFT_14, MAX_CONTROL_PAYLOAD, MessageType
+from .wire import Reader, Writer, decode_varint
+
+__all__ = [
+    "SUPPORTED_VERSIONS",
+    "ControlStreamParser",
+    "DecodeOptions",
+    "decode_control",
+    "encode_control",
+]
+
+SUPPORTED_VERSIONS = frozenset({DRAFT_14})
+"""Versions this codec implements."""
+
+_U16 = struct.Struct(">H")
+
+_Decoder = Callable[[Reader, DecodeOptions], Message]
+
+_ENCODERS: dict[MessageType, Callable[[Writer, Any], None]] = {
+    MessageType.CLIENT_SETUP: s.enc_client_setup,
+    MessageType.SERVER_SETUP: s.enc_server_setup,
+    MessageType.GOAWAY: s.enc_goaway,
+    MessageType.MAX_REQUEST_ID: s.enc_limit,
+    MessageType.REQUESTS_BLOCKED: s.enc_limit,
+    MessageType.SUBSCRIBE: t.enc_subscribe,
+    MessageType.SUBSCRIBE_OK: t.enc_subscribe_ok,
+    MessageType.SUBSCRIBE_ERROR: t.enc_error,
+    MessageType.SUBSCRIBE_UPDATE: t.enc_subscribe_update,
+    MessageType.UNSUBSCRIBE: t.enc_request_id,
+    MessageType.PUBLISH_DONE: t.enc_publish_done,
+    MessageType.PUBLISH: t.enc_publish,
+    MessageType.PUBLISH_OK: t.enc_publish_ok,
+    MessageType.PUBLISH_ERROR: t.enc_error,
+    MessageType.FETCH: t.enc_fetch,
+    MessageType.FETCH_OK: t.enc_fetch_ok,
+    MessageType.FETCH_ERROR: t.enc_error,
+    MessageType.FETCH_CANCEL: t.enc_request_id,
+    MessageType.TRACK_STATUS: t.enc_subscribe,
+    MessageType.TRACK_STATUS_OK: t.enc_subscribe_ok,
+    MessageType.TRACK_STATUS_ERROR: t.enc_error,
+    MessageType.PUBLISH_NAMESPACE: s.enc_publish_namespace,
+    MessageType.PUBLISH_NAMESPACE_OK: s.enc_ns_ok,
+    MessageType.PUBLISH_NAMESPACE_ERROR: s.enc_ns_error,
+    MessageType.PUBLISH_NAMESPACE_DONE: s.enc_publish_namespace_done,
+    MessageType.PUBLISH_NAMESPACE_CANCEL: s.enc_publish_namespace_cancel,
+    MessageType.SUBSCRIBE_NAMESPACE: s.enc_subscribe_namespace,
+    MessageType.SUBSCRIBE_NAMESPACE_OK: s.enc_ns_ok,
+    MessageType.SUBSCRIBE_NAMESPACE_ERROR: s.enc_ns_error,
+    MessageType.UNSUBSCRIBE_NAMESPACE: s.enc_unsubscribe_namespace,
+}
+
+_DECODERS: dict[int, _Decoder] = {
+    MessageType.CLIENT_SETUP: s.dec_client_setup,
+    MessageType.SERVER_SETUP: s.dec_server_setup,
+    MessageType.GOAWAY: s.dec_goaway,
+    MessageType.MAX_REQUEST_ID: partial(s.dec_limit, MaxRequestId),
+    MessageType.REQUESTS_BLOCKED: partial(s.dec_limit, RequestsBlocked),
+    MessageType.SUBSCRIBE: partial(t.dec_subscribe, Subscribe),
+    MessageType.SUBSCRIBE_OK: partial(t.dec_subscribe_ok, SubscribeOk),
+    MessageType.SUBSCRIBE_ERROR: partial(t.dec_error, SubscribeError),
+    MessageType.SUBSCRIBE_UPDATE: t.dec_subscribe_update,
+    MessageType.UNSUBSCRIBE: partial(t.dec_request_id, Unsubscribe),
+    MessageType.PUBLISH_DONE: t.dec_publish_done,
+    MessageType.PUBLISH: t.dec_publish,
+    MessageType.PUBLISH_OK: t.dec_publish_ok,
+    MessageType.PUBLISH_ERROR: partial(t.dec_error, PublishError),
+    MessageType.FETCH: t.dec_fetch,
+    MessageType.FETCH_OK: t.dec_fetch_ok,
+    MessageType.FETCH_ERROR: partial(t.dec_error, FetchError),
+    MessageType.FETCH_CANCEL: partial(t.dec_request_id, FetchCancel),
+    MessageType.TRACK_STATUS: partial(t.dec_subscribe, TrackStatus),
+    MessageType.TRACK_STATUS_OK: partial(t.dec_subscribe_ok, TrackStatusOk),
+    MessageType.TRACK_STATUS_ERROR: partial(t.dec_error, TrackStatusError),
+    MessageType.PUBLISH_NAMESPACE: s.dec_publish_namespace,
+    MessageType.PUBLISH_NAMESPACE_OK: partial(s.dec_ns_ok, PublishNamespaceOk),
+    MessageType.PUBLISH_NAMESPACE_ERROR: partial(s.dec_ns_error, PublishNamespaceError),
+    MessageType.PUBLISH_NAMESPACE_DONE: s.dec_publish_namespace_done,
+    MessageType.PUBLISH_NAMESPACE_CANCEL: s.dec_publish_namespace_cancel,
+    MessageType.SUBSCRIBE_NAMESPACE: s.dec_subscribe_namespace,
+    MessageType.SUBSCRIBE_NAMESPACE_OK: partial(s.dec_ns_ok, SubscribeNamespaceOk),
+    MessageType.SUBSCRIBE_NAMESPACE_ERROR: partial(s.dec_ns_error, SubscribeNamespaceError),
+    MessageType.UNSUBSCRIBE_NAMESPACE: s.dec_unsubscribe_namespace,
+}
+
+assert set(_ENCODERS) == set(_DECODERS) == set(MESSAGE_CLASSES)
+
+
+def _check_version(version: int) -> None:
+    if version not in SUPPORTED_VERSIONS:
+        raise LocalProtocolError(f"unsupported MoQT version {version:#x}")
+
+
+def encode_control(msg: Message, *, version: int = DRAFT_14) -> bytes:
+    """Encode one control message with its type and 16-bit length (d14 §9).
+
+    Raises:
+        LocalProtocolError: unsupported version, an invalid field value, or a payload over
+            65535 bytes.
+    """
+    _check_version(version)
+    msg_type = getattr(type(msg), "TYPE", None)
+    encoder = _ENCODERS.get(msg_type) if msg_type is not None else None
+    if encoder is None or MESSAGE_CLASSES[msg_type] is not type(msg):  # type: ignore[index]
+        raise LocalProtocolError(f"not a control message: {type(msg).__name__}")
+    w = Writer()
+    w.varint(msg_type)  # type: ignore[arg-type]
+    at = len(w.buf)
+    w.buf += b"\x00\x00"
+    try:
+        encoder(w, msg)
+    except MoqtError:
+        raise
+    except (TypeError, ValueError, AttributeError, OverflowError) as exc:
+        raise LocalProtocolError(f"cannot encode {type(msg).__name__}: {exc}") from exc
+    length = len(w.buf) - at - 2
+    if length > MAX_CONTROL_PAYLOAD:
+        raise LocalProtocolError(f"{type(msg).__name__} payload of {length} bytes exceeds 65535")
+    _U16.pack_into(w.buf, at, length)
+    return bytes(w.buf)
+
+
+def decode_control(
+    msg_type: int,
+    payload: bytes | bytearray | memoryview,
+    *,
+    version: int,
+    allow_empty_namespace_prefix: bool = False,
+) -> Message:
+    """Decode one complete control message payload; it must be consumed exactly.
+
+    Raises:
+        UnknownMessageType: ``msg_type`` is not a draft-14 control message.
+        ProtocolViolation: truncated or overlong payload, or an invalid field value.
+        KeyValueFormattingError: a malformed known parameter (authorization token).
+        LocalProtocolError: unsupported ``version``.
+    """
+    _check_version(version)
+    opts = DecodeOptions(version=version, allow_empty_namespace_prefix=allow_empty_namespace_prefix)
+    return _decode(msg_type, payload, opts)
+
+
+def _decode(msg_type: int, payload: bytes | bytearray | memoryview, opts: DecodeOptions) -> Message:
+    decoder = _DECODERS.get(msg_type)
+    if decoder is None:
+        raise UnknownMessageType(f"unknown control message type {msg_type:#x}")
+    if len(payload) > MAX_CONTROL_PAYLOAD:
+        raise ProtocolViolation(f"control payload of {len(payload)} bytes exceeds 65535")
+    r = Reader(payload)
+    try:
+        msg = decoder(r, opts)
+    except NeedMoreData:
+        name = MessageType(msg_type).name
+        raise ProtocolViolation(f"{name} payload shorter than its fields") from None
+    if not r.at_end():
+        name = MessageType(msg_type).name
+        raise ProtocolViolation(f"{name} payload has {r.remaining} trailing bytes")
+    return msg
+
+
+class ControlStreamParser:
+    """Incremental parser of the bidirectional control stream.
+
+    ``feed(data)`` returns every message completed by ``data``, in order. Bytes of an
+    incomplete frame are buffered (at most one frame: 1 + 8 + 2 + 65535 bytes).
+    """
+
+    __slots__ = ("_buf", "_failed", "allow_empty_namespace_prefix", "closed", "version")
+
+    def __init__(self, *, version: int = DRAFT_14, allow_empty_namespace_prefix: bool = False):
+        _check_version(version)
+        self.version = version
+        """Version used to decode payloads (draft-14 until a later draft is implemented)."""
+        self.allow_empty_namespace_prefix = allow_empty_namespace_prefix
+        """Tolerate a 0-field SUBSCRIBE_NAMESPACE prefix (moq-dev sends one)."""
+        self.closed = False
+        """True once the peer's FIN was fed."""
+        self._buf = bytearray()
+        self._failed: MoqtError | None = None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held for an incomplete frame."""
+        return len(self._buf)
+
+    def feed(self, data: bytes | bytearray | memoryview, *, fin: bool = False) -> list[Message]:
+        """Add stream bytes; return the messages they complete.
+
+        With ``fin=True`` (the peer closed its side) leftover bytes of an incomplete frame are a
+        ProtocolViolation. Closing the control stream at all is a violation too (d14 §3.3), but
+        that is for the session to decide.
+
+        Raises:
+            RemoteProtocolError: malformed input; the parser stays failed and re-raises it.
+        """
+        if self._failed is not None:
+            raise self._failed
+        if self.closed:
+            raise LocalProtocolError("feed() after FIN")
+        try:
+            return self._feed(data, fin)
+        except MoqtError as exc:
+            self._failed = exc
+            raise
+
+    def _feed(self, data: bytes | bytearray | memoryview, fin: bool) -> list[Message]:
+        buf = self._buf
+        buf += data
+        opts = DecodeOptions(
+            version=self.version, allow_empty_namespace_prefix=self.allow_empty_namespace_prefix
+        )
+        out: list[Message] = []
+        pos = 0
+        size = len(buf)
+        while pos < size:
+            try:
+                msg_type, at = decode_varint(buf, pos)
+            except NeedMoreData:
+                break
+            if msg_type not in _DECODERS:
+                raise UnknownMessageType(f"unknown control message type {msg_type:#x}")
+            if at + 2 > size:
+                break
+            end = at + 2 + _U16.unpack_from(buf, at)[0]
+            if end > size:
+                break
+            out.append(_decode(msg_type, bytes(buf[at + 2 : end]), opts))
+            pos = end
+        if pos:
+            del buf[:pos]
+        if fin:
+            self.closed = True
+            if buf:
+                raise ProtocolViolation(f"control stream ended inside a message ({len(buf)} B)")
+        return out
