@@ -307,6 +307,11 @@ class RelayCache:
         self._lru.move_to_end((namespace, track, group_id))
         return g.handle
 
+    def knows(self, namespace: Namespace, track: bytes, group_id: int, object_id: int) -> bool:
+        """True when the object is cached, or its group is sealed (so nothing new can join)."""
+        g = self._tracks.get((namespace, track), _Track()).groups.get(group_id)
+        return g is not None and (g.sealed or object_id in g.objects)
+
     def is_sealed(self, namespace: Namespace, track: bytes, group_id: int) -> bool:
         """True when the group is cached and complete."""
         g = self._tracks.get((namespace, track), _Track()).groups.get(group_id)

@@ -1,0 +1,632 @@
+"""The relay core: one node's cache, local publishers, live fan-out and upstream routing.
+
+Transport-agnostic asyncio logic. It is driven from three sides:
+
+* **in-node publishers** (prefill, via the Ray actor) call :meth:`Relay.publish_group` /
+  :meth:`Relay.publish_object`;
+* **downstream readers** — in-node actors, or MoQT sessions through ``relay/server.py`` — call
+  :meth:`Relay.subscribe` (live: cached groups first, then new ones as they arrive, then
+  :class:`TrackEnded`), :meth:`Relay.get_group` and :meth:`Relay.fetch`;
+* **upstreams** are anything implementing :class:`Upstream` (a MoQT session to a peer relay, or
+  an external publisher's session that sent PUBLISH_NAMESPACE). Routing order for a track the
+  cache cannot answer: a local live track, then an announced publisher whose namespace is a
+  field-wise prefix, then a peer relay the :class:`DirectoryClient` names.
+
+Invariants (draft-14 §8 aggregation, docs/moqt-draft14.md §5):
+
+* at most one upstream subscription per track, whatever the number of downstream subscribers;
+  its objects fill the cache once (``upstream_bytes`` counts them) and fan out to every queue;
+* concurrent pulls of one group merge into one upstream FETCH (:class:`~.cache.InFlight`);
+* a subscriber registers its queue and snapshots the cache in one step (no ``await`` between),
+  so it sees every object exactly once, in order per group;
+* an upstream failure reaches every waiting subscriber as :class:`RelayError` and drops the
+  live entry, so the next subscriber routes afresh;
+* every group the cache seals or evicts is reported to the directory (batched, in order).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from .cache import (
+    OBJECT_END_OF_GROUP,
+    OBJECT_END_OF_TRACK,
+    CachedObject,
+    GroupKey,
+    InFlight,
+    RelayCache,
+)
+from .directory import Directory, NodeInfo
+
+__all__ = [
+    "DirectoryClient",
+    "GroupEnded",
+    "LocalDirectoryClient",
+    "ObjectReceived",
+    "Relay",
+    "RelayError",
+    "TrackEnded",
+    "TrackEvent",
+    "Upstream",
+    "as_namespace",
+    "as_track",
+]
+
+Namespace = tuple[bytes, ...]
+
+# Request error codes shared by SUBSCRIBE_ERROR and FETCH_ERROR (draft-14 §13.1.2, §13.1.5).
+INTERNAL_ERROR = 0x0
+TIMEOUT = 0x2
+TRACK_DOES_NOT_EXIST = 0x4
+
+
+class RelayError(Exception):
+    """A track or group could not be served. ``error_code`` is a d14 request error code."""
+
+    def __init__(self, error_code: int, reason: str) -> None:
+        super().__init__(f"{reason} (error 0x{error_code:x})")
+        self.error_code = error_code
+        self.reason = reason
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ObjectReceived:
+    """An object of a track, in group order and ascending object id within a group."""
+
+    group_id: int
+    """Group the object belongs to."""
+    obj: CachedObject
+    """The object, exactly as published."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GroupEnded:
+    """Every object of ``group_id`` has been delivered (the subgroup stream may FIN)."""
+
+    group_id: int
+    """The completed group."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrackEnded:
+    """The track is complete; nothing follows."""
+
+
+TrackEvent = ObjectReceived | GroupEnded | TrackEnded
+
+
+class Upstream(Protocol):
+    """Where a relay gets a track it does not have (a peer relay or an external publisher)."""
+
+    def subscribe(self, namespace: Namespace, track: bytes) -> AsyncIterator[TrackEvent]:
+        """Every object of the track from the start, live; raises RelayError on failure."""
+        ...
+
+    def fetch(
+        self, namespace: Namespace, track: bytes, start: tuple[int, int], end: tuple[int, int]
+    ) -> AsyncIterator[tuple[int, CachedObject]]:
+        """Objects in the FETCH range [start, end) (end object 0 = whole group)."""
+        ...
+
+
+class DirectoryClient(Protocol):
+    """The relay's view of the cluster directory (a local object or the Ray actor)."""
+
+    async def register_node(self, info: NodeInfo) -> None:
+        """Announce where this node's relay listens."""
+
+    async def add_groups(
+        self,
+        node_id: str,
+        namespace: Namespace,
+        track: bytes,
+        groups: list[int],
+        hashes: dict[int, bytes],
+    ) -> None:
+        """Record groups this node caches."""
+
+    async def remove_groups(
+        self, node_id: str, namespace: Namespace, track: bytes, groups: list[int]
+    ) -> None:
+        """Forget groups this node evicted."""
+
+    async def locate(self, namespace: Namespace, track: bytes) -> list[NodeInfo]:
+        """Relays holding any group of the track."""
+        ...
+
+
+class LocalDirectoryClient:
+    """A :class:`DirectoryClient` over an in-process :class:`Directory` (tests, plain relay)."""
+
+    def __init__(self, directory: Directory | None = None) -> None:
+        self.directory = directory if directory is not None else Directory()
+
+    async def register_node(self, info: NodeInfo) -> None:
+        self.directory.register_node(info)
+
+    async def add_groups(
+        self,
+        node_id: str,
+        namespace: Namespace,
+        track: bytes,
+        groups: list[int],
+        hashes: dict[int, bytes],
+    ) -> None:
+        self.directory.add_groups(node_id, namespace, track, groups, hashes)
+
+    async def remove_groups(
+        self, node_id: str, namespace: Namespace, track: bytes, groups: list[int]
+    ) -> None:
+        self.directory.remove_groups(node_id, namespace, track, groups)
+
+    async def locate(self, namespace: Namespace, track: bytes) -> list[NodeInfo]:
+        infos = (self.directory.node(n) for n in self.directory.nodes_for(namespace, track))
+        return [i for i in infos if i is not None]
+
+
+def as_namespace(namespace: Iterable[str | bytes] | str) -> Namespace:
+    """Normalise a namespace: a tuple of str/bytes fields, or a ``/``-separated string."""
+    if isinstance(namespace, str):
+        namespace = namespace.split("/")
+    return tuple(f.encode() if isinstance(f, str) else bytes(f) for f in namespace)
+
+
+def as_track(track: str | bytes) -> bytes:
+    """Normalise a track name to bytes."""
+    return track.encode() if isinstance(track, str) else bytes(track)
+
+
+@dataclass
+class _Live:
+    queues: set[asyncio.Queue[TrackEvent | RelayError]] = field(default_factory=set)
+    upstream: asyncio.Task[None] | None = None
+    local: bool = False
+    ended: bool = False
+
+
+def _prefix_of(prefix: Namespace, namespace: Namespace) -> bool:
+    return len(prefix) <= len(namespace) and namespace[: len(prefix)] == prefix
+
+
+class Relay:
+    """A node's relay. All methods run on one asyncio loop."""
+
+    def __init__(
+        self,
+        *,
+        node_id: str,
+        cache: RelayCache,
+        directory: DirectoryClient | None = None,
+        connect: Callable[[NodeInfo], asyncio.Future[Upstream]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        queue_limit: int = 0,
+    ) -> None:
+        self.node_id = node_id
+        self.cache = cache
+        self.directory = directory
+        self._connect = connect
+        self._clock = clock
+        self._queue_limit = queue_limit
+        self._live: dict[tuple[Namespace, bytes], _Live] = {}
+        self._publishers: dict[Namespace, Upstream] = {}
+        self._group_waiters: dict[GroupKey, list[asyncio.Future[None]]] = {}
+        self._pulls: InFlight[GroupKey, asyncio.Future[None]] = InFlight()
+        self._hashes: dict[GroupKey, bytes] = {}
+        self._dir_queue: list[tuple[str, GroupKey]] = []
+        self._dir_task: asyncio.Task[None] | None = None
+        self.upstream_bytes = 0
+        self.upstream_subscriptions = 0
+        self.upstream_fetches = 0
+        self.delivered_bytes = 0
+
+    # ---- in-node publishing ------------------------------------------------------------------
+
+    async def publish_group(
+        self,
+        namespace: Namespace,
+        track: bytes,
+        group_id: int,
+        objects: Sequence[CachedObject],
+        *,
+        end_of_track: bool = False,
+        chunk_hash: bytes | None = None,
+    ) -> None:
+        """Publish one complete group (objects in ascending id) and optionally end the track."""
+        live = self._live.setdefault((namespace, track), _Live())
+        live.local = True
+        if chunk_hash is not None:
+            self._hashes[(namespace, track, group_id)] = chunk_hash
+        for obj in objects:
+            self._ingest_object(namespace, track, group_id, obj)
+        self._ingest_group_end(namespace, track, group_id)
+        if end_of_track:
+            self._ingest_track_end(namespace, track, group_id)
+
+    def publish_object(
+        self, namespace: Namespace, track: bytes, group_id: int, obj: CachedObject
+    ) -> None:
+        """Publish one object of an open group (use :meth:`end_group` to complete it)."""
+        self._live.setdefault((namespace, track), _Live()).local = True
+        self._ingest_object(namespace, track, group_id, obj)
+
+    def end_group(self, namespace: Namespace, track: bytes, group_id: int) -> None:
+        """Mark a group complete."""
+        self._ingest_group_end(namespace, track, group_id)
+
+    def end_track(self, namespace: Namespace, track: bytes, last_group: int) -> None:
+        """Mark the track complete after ``last_group``."""
+        self._ingest_track_end(namespace, track, last_group)
+
+    # ---- external publishers ---------------------------------------------------------------
+
+    def add_publisher(self, prefix: Namespace, upstream: Upstream) -> None:
+        """A session announced ``prefix`` (PUBLISH_NAMESPACE): route matching tracks to it."""
+        self._publishers[prefix] = upstream
+
+    def remove_publisher(self, prefix: Namespace, upstream: Upstream | None = None) -> None:
+        """The announcement was withdrawn or its session ended."""
+        if upstream is None or self._publishers.get(prefix) is upstream:
+            self._publishers.pop(prefix, None)
+
+    def drop_upstream(self, upstream: Upstream) -> None:
+        """Forget every announcement made through ``upstream`` (its session closed)."""
+        for prefix in [p for p, u in self._publishers.items() if u is upstream]:
+            del self._publishers[prefix]
+
+    def has_publisher(self, namespace: Namespace) -> bool:
+        """True when an announced publisher covers ``namespace``."""
+        return self._publisher_for(namespace) is not None
+
+    # ---- reading ---------------------------------------------------------------------------
+
+    def lookup(self, namespace: Namespace, track: bytes) -> dict[str, object]:
+        """What this node has of a track: cached groups, sealed ones, largest, end of track."""
+        largest, end = self.cache.track_info(namespace, track)
+        groups = self.cache.cached_groups(namespace, track)
+        return {
+            "groups": groups,
+            "sealed": [g for g in groups if self.cache.is_sealed(namespace, track, g)],
+            "largest": largest,
+            "end_of_track": end,
+            "live": (namespace, track) in self._live,
+        }
+
+    async def subscribe(
+        self, namespace: Namespace, track: bytes, *, start_group: int = 0
+    ) -> AsyncIterator[TrackEvent]:
+        """Cached groups from ``start_group``, then live ones, then :class:`TrackEnded`.
+
+        Raises :class:`RelayError` when no one has the track or the upstream fails.
+        """
+        key = (namespace, track)
+        queue: asyncio.Queue[TrackEvent | RelayError] = asyncio.Queue(self._queue_limit)
+        snapshot = self._snapshot(namespace, track, start_group)
+        live = self._live.get(key)
+        done = bool(snapshot) and isinstance(snapshot[-1], TrackEnded)
+        if not done:
+            if live is None:
+                live = self._live[key] = _Live()
+            live.queues.add(queue)
+        try:
+            for ev in snapshot:
+                self._count(ev)
+                yield ev
+            if done:
+                return
+            assert live is not None
+            if not live.local and live.upstream is None and not live.ended:
+                live.upstream = asyncio.create_task(self._run_upstream(namespace, track, live))
+            while True:
+                item = await queue.get()
+                if isinstance(item, RelayError):
+                    raise item
+                if isinstance(item, ObjectReceived | GroupEnded) and item.group_id < start_group:
+                    continue
+                self._count(item)
+                yield item
+                if isinstance(item, TrackEnded):
+                    return
+        finally:
+            if live is not None:
+                live.queues.discard(queue)
+                self._maybe_stop_upstream(key, live)
+
+    async def get_group(
+        self, namespace: Namespace, track: bytes, group_id: int
+    ) -> list[CachedObject]:
+        """A complete group: from the cache, after a local publisher finishes it, or pulled
+        from a peer (one upstream FETCH however many callers ask at once)."""
+        gkey: GroupKey = (namespace, track, group_id)
+        while True:
+            if self.cache.is_sealed(namespace, track, group_id):
+                objs = self.cache.get_group(namespace, track, group_id, self._clock())
+                if objs is not None:
+                    self.delivered_bytes += sum(o.size for o in objs)
+                    return objs
+            live = self._live.get((namespace, track))
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            if live is not None and (live.local or live.upstream is not None) and not live.ended:
+                self._group_waiters.setdefault(gkey, []).append(fut)
+                await fut
+                continue
+            if self._pulls.join(gkey, fut):
+                try:
+                    await self._pull_group(namespace, track, group_id)
+                except BaseException as exc:
+                    for w in self._pulls.finish(gkey):
+                        if w.done():
+                            continue
+                        if isinstance(exc, asyncio.CancelledError):
+                            w.cancel()
+                        else:
+                            w.set_exception(exc)
+                    raise
+                for w in self._pulls.finish(gkey):
+                    if not w.done():
+                        w.set_result(None)
+            else:
+                await fut
+            if not self.cache.is_sealed(namespace, track, group_id):
+                raise RelayError(TRACK_DOES_NOT_EXIST, f"group {group_id} is not available")
+
+    async def fetch(
+        self, namespace: Namespace, track: bytes, start: tuple[int, int], end: tuple[int, int]
+    ) -> list[tuple[int, CachedObject]]:
+        """Objects of the FETCH range [start, end): complete groups from the cache, missing
+        ones pulled upstream group by group."""
+        objs, complete = self.cache.read_range(namespace, track, start, end, self._clock())
+        if not complete:
+            _, eot = self.cache.track_info(namespace, track)
+            last = end[0] if eot is None else min(end[0], eot[0])
+            for gid in range(start[0], last + 1):
+                if not self.cache.is_sealed(namespace, track, gid):
+                    try:
+                        await self.get_group(namespace, track, gid)
+                    except RelayError:
+                        if gid == start[0]:
+                            raise
+                        break
+            objs, _ = self.cache.read_range(namespace, track, start, end, self._clock())
+        if not objs:
+            raise RelayError(TRACK_DOES_NOT_EXIST, "no objects in range")
+        self.delivered_bytes += sum(o.size for _, o in objs)
+        return objs
+
+    def stats(self) -> dict[str, int]:
+        """Counters: cache hits/misses/bytes/evictions, upstream and delivered bytes."""
+        c = self.cache.counters
+        return {
+            "hits": c.hits,
+            "misses": c.misses,
+            "bytes_in": c.bytes_in,
+            "bytes_out": c.bytes_out,
+            "evictions": c.evictions,
+            "evicted_bytes": c.evicted_bytes,
+            "bytes_cached": self.cache.bytes_cached,
+            "upstream_bytes": self.upstream_bytes,
+            "upstream_subscriptions": self.upstream_subscriptions,
+            "upstream_fetches": self.upstream_fetches,
+            "delivered_bytes": self.delivered_bytes,
+            "live_tracks": len(self._live),
+        }
+
+    async def flush_directory(self) -> None:
+        """Wait until every seal/eviction so far has reached the directory."""
+        while self._dir_queue or (self._dir_task is not None and not self._dir_task.done()):
+            if self._dir_task is None or self._dir_task.done():
+                self._dir_task = asyncio.create_task(self._report())
+            await asyncio.shield(self._dir_task)
+
+    async def close(self) -> None:
+        """Cancel upstream subscriptions and fail waiting subscribers."""
+        for live in list(self._live.values()):
+            if live.upstream is not None:
+                live.upstream.cancel()
+            for q in live.queues:
+                q.put_nowait(RelayError(INTERNAL_ERROR, "relay closing"))
+        self._live.clear()
+        if self._dir_task is not None:
+            self._dir_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._dir_task
+
+    # ---- ingest (shared by local publishers and upstreams) ----------------------------------
+
+    def _ingest_object(self, ns: Namespace, track: bytes, gid: int, obj: CachedObject) -> None:
+        if self.cache.knows(ns, track, gid, obj.object_id):
+            return
+        evicted = self.cache.put_object(ns, track, gid, obj, self._clock())
+        self._evicted(evicted)
+        self._fan_out((ns, track), ObjectReceived(group_id=gid, obj=obj))
+        if obj.status in (OBJECT_END_OF_GROUP, OBJECT_END_OF_TRACK):
+            self._sealed(ns, track, gid)
+        if obj.status == OBJECT_END_OF_TRACK:
+            self._ingest_track_end(ns, track, gid)
+
+    def _ingest_group_end(self, ns: Namespace, track: bytes, gid: int) -> None:
+        if self.cache.is_sealed(ns, track, gid):
+            return
+        self._evicted(self.cache.seal_group(ns, track, gid, self._clock()))
+        self._sealed(ns, track, gid)
+
+    def _ingest_track_end(self, ns: Namespace, track: bytes, last_group: int) -> None:
+        live = self._live.get((ns, track))
+        if live is not None and live.ended:
+            return
+        self.cache.end_track(ns, track, last_group, self._clock())
+        if live is not None:
+            live.ended = True
+        self._fan_out((ns, track), TrackEnded())
+        for key in [k for k in self._group_waiters if k[:2] == (ns, track)]:
+            for fut in self._group_waiters.pop(key):
+                if not fut.done():
+                    fut.set_result(None)
+
+    def _sealed(self, ns: Namespace, track: bytes, gid: int) -> None:
+        self._fan_out((ns, track), GroupEnded(group_id=gid))
+        for fut in self._group_waiters.pop((ns, track, gid), []):
+            if not fut.done():
+                fut.set_result(None)
+        self._queue_report("add", (ns, track, gid))
+
+    def _evicted(self, keys: list[GroupKey]) -> None:
+        for key in keys:
+            self._hashes.pop(key, None)
+            self._queue_report("remove", key)
+
+    def _fan_out(self, key: tuple[Namespace, bytes], ev: TrackEvent) -> None:
+        live = self._live.get(key)
+        if live is None:
+            return
+        for q in live.queues:
+            q.put_nowait(ev)
+
+    def _count(self, ev: TrackEvent) -> None:
+        if isinstance(ev, ObjectReceived):
+            self.delivered_bytes += ev.obj.size
+
+    def _snapshot(self, ns: Namespace, track: bytes, start_group: int) -> list[TrackEvent]:
+        out: list[TrackEvent] = []
+        now = self._clock()
+        for gid in self.cache.cached_groups(ns, track):
+            if gid < start_group:
+                continue
+            for obj in self.cache.get_group(ns, track, gid, now) or []:
+                out.append(ObjectReceived(group_id=gid, obj=obj))
+            if self.cache.is_sealed(ns, track, gid):
+                out.append(GroupEnded(group_id=gid))
+        _, eot = self.cache.track_info(ns, track)
+        if eot is not None and all(
+            self.cache.is_sealed(ns, track, g) for g in range(start_group, eot[0] + 1)
+        ):
+            out.append(TrackEnded())
+        return out
+
+    # ---- upstream --------------------------------------------------------------------------
+
+    def _publisher_for(self, namespace: Namespace) -> Upstream | None:
+        best: tuple[int, Upstream] | None = None
+        for prefix, up in self._publishers.items():
+            if _prefix_of(prefix, namespace) and (best is None or len(prefix) > best[0]):
+                best = (len(prefix), up)
+        return None if best is None else best[1]
+
+    async def _resolve(self, namespace: Namespace, track: bytes) -> Upstream:
+        up = self._publisher_for(namespace)
+        if up is not None:
+            return up
+        if self.directory is not None and self._connect is not None:
+            for info in await self.directory.locate(namespace, track):
+                if info.node_id == self.node_id:
+                    continue
+                try:
+                    return await self._connect(info)
+                except (OSError, ConnectionError, TimeoutError, RelayError):
+                    continue
+        raise RelayError(TRACK_DOES_NOT_EXIST, "track not found on any relay")
+
+    async def _run_upstream(self, ns: Namespace, track: bytes, live: _Live) -> None:
+        try:
+            up = await self._resolve(ns, track)
+        except RelayError as exc:
+            live.upstream = None
+            self._fail((ns, track), live, exc)
+            return
+        self.upstream_subscriptions += 1
+        await self._pump(ns, track, up, live)
+
+    async def _pump(self, ns: Namespace, track: bytes, up: Upstream, live: _Live) -> None:
+        try:
+            async for ev in up.subscribe(ns, track):
+                if isinstance(ev, ObjectReceived):
+                    if not self.cache.knows(ns, track, ev.group_id, ev.obj.object_id):
+                        self.upstream_bytes += ev.obj.size
+                    self._ingest_object(ns, track, ev.group_id, ev.obj)
+                elif isinstance(ev, GroupEnded):
+                    self._ingest_group_end(ns, track, ev.group_id)
+                else:
+                    largest, _ = self.cache.track_info(ns, track)
+                    groups = self.cache.cached_groups(ns, track)
+                    last = max([*groups, largest[0] if largest else -1])
+                    self._ingest_track_end(ns, track, last)
+                    return
+            raise RelayError(INTERNAL_ERROR, "upstream subscription ended early")
+        except asyncio.CancelledError:
+            raise
+        except RelayError as exc:
+            self._fail((ns, track), live, exc)
+        except Exception as exc:  # a dead peer surfaces as any transport error
+            self._fail((ns, track), live, RelayError(INTERNAL_ERROR, f"upstream failed: {exc!r}"))
+        finally:
+            if live.upstream is asyncio.current_task():
+                live.upstream = None
+
+    def _fail(self, key: tuple[Namespace, bytes], live: _Live, exc: RelayError) -> None:
+        for q in live.queues:
+            q.put_nowait(exc)
+        if self._live.get(key) is live and not live.local:
+            del self._live[key]
+        for gkey in [k for k in self._group_waiters if k[:2] == key]:
+            for fut in self._group_waiters.pop(gkey):
+                if not fut.done():
+                    fut.set_exception(exc)
+
+    def _maybe_stop_upstream(self, key: tuple[Namespace, bytes], live: _Live) -> None:
+        if live.queues or live.local:
+            return
+        if live.upstream is not None and not live.ended:
+            if any(k[:2] == key for k in self._group_waiters):
+                return
+            live.upstream.cancel()
+            live.upstream = None
+        if self._live.get(key) is live:
+            del self._live[key]
+
+    async def _pull_group(self, ns: Namespace, track: bytes, gid: int) -> None:
+        up = await self._resolve(ns, track)
+        self.upstream_fetches += 1
+        got = False
+        async for g, obj in up.fetch(ns, track, (gid, 0), (gid, 0)):
+            if g != gid:
+                continue
+            got = True
+            if not self.cache.knows(ns, track, g, obj.object_id):
+                self.upstream_bytes += obj.size
+            self._ingest_object(ns, track, g, obj)
+        if got:
+            self._ingest_group_end(ns, track, gid)
+
+    # ---- directory reports -----------------------------------------------------------------
+
+    def _queue_report(self, op: str, key: GroupKey) -> None:
+        if self.directory is None:
+            return
+        self._dir_queue.append((op, key))
+        if self._dir_task is None or self._dir_task.done():
+            with contextlib.suppress(RuntimeError):  # no running loop: flushed later
+                self._dir_task = asyncio.get_running_loop().create_task(self._report())
+
+    async def _report(self) -> None:
+        assert self.directory is not None
+        while self._dir_queue:
+            batch, self._dir_queue = self._dir_queue, []
+            for op, (ns, track, gid) in batch:
+                if op == "add":
+                    if not self.cache.is_sealed(ns, track, gid):
+                        continue  # evicted since
+                    h = self._hashes.get((ns, track, gid))
+                    await self.directory.add_groups(
+                        self.node_id, ns, track, [gid], {gid: h} if h is not None else {}
+                    )
+                else:
+                    await self.directory.remove_groups(self.node_id, ns, track, [gid])
+
+
+def hashes_of(mapping: Mapping[int, bytes] | None) -> dict[int, bytes]:
+    """A plain dict copy (Ray-serialisable) of a group → hash mapping."""
+    return dict(mapping or {})

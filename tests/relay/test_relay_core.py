@@ -1,0 +1,195 @@
+"""Relay core over an in-memory upstream: fan-out, live tracks, merged pulls, directory upkeep.
+
+The network is replaced by :class:`DirectUpstream`, which calls the other relay's own
+subscribe/fetch — the same calls the MoQT server makes for a remote peer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from ray_kvmoq.relay.cache import CachedObject, RelayCache
+from ray_kvmoq.relay.directory import Directory, NodeInfo
+from ray_kvmoq.relay.packed import pack_group, unpack_group
+from ray_kvmoq.relay.relay import (
+    GroupEnded,
+    LocalDirectoryClient,
+    ObjectReceived,
+    Relay,
+    RelayError,
+    TrackEnded,
+    TrackEvent,
+    Upstream,
+)
+
+NS = (b"moq://kvcache.moq.arpa/v1/", b"m", b"p1")
+TR = b"FP16"
+
+
+class DirectUpstream:
+    """An Upstream that reads another in-process relay and counts what crosses."""
+
+    def __init__(self, peer: Relay) -> None:
+        self.peer = peer
+        self.subscribes = 0
+        self.fetches = 0
+
+    async def subscribe(
+        self, namespace: tuple[bytes, ...], track: bytes
+    ) -> AsyncIterator[TrackEvent]:
+        self.subscribes += 1
+        async for ev in self.peer.subscribe(namespace, track):
+            yield ev
+
+    async def fetch(
+        self,
+        namespace: tuple[bytes, ...],
+        track: bytes,
+        start: tuple[int, int],
+        end: tuple[int, int],
+    ) -> AsyncIterator[tuple[int, CachedObject]]:
+        self.fetches += 1
+        for item in await self.peer.fetch(namespace, track, start, end):
+            yield item
+
+
+def group(gid: int, n: int = 3, size: int = 1000) -> list[CachedObject]:
+    return [CachedObject(object_id=i, payload=bytes([gid, i]) * (size // 2)) for i in range(n)]
+
+
+def two_relays(budget: int = 1 << 24) -> tuple[Relay, Relay, DirectUpstream, Directory]:
+    directory = Directory()
+    client = LocalDirectoryClient(directory)
+    a = Relay(node_id="A", cache=RelayCache(budget), directory=client)
+    up = DirectUpstream(a)
+    directory.register_node(NodeInfo(node_id="A", host="127.0.0.2", port=1))
+
+    async def connect(info: NodeInfo) -> Upstream:
+        assert info.node_id == "A"
+        return up
+
+    b = Relay(node_id="B", cache=RelayCache(budget), directory=client, connect=connect)  # type: ignore[arg-type]
+    return a, b, up, directory
+
+
+async def collect(it: AsyncIterator[TrackEvent]) -> list[TrackEvent]:
+    return [ev async for ev in it]
+
+
+async def test_eight_subscribers_one_upstream_transfer() -> None:
+    a, b, up, directory = two_relays()
+    for g in range(3):
+        await a.publish_group(NS, TR, g, group(g), chunk_hash=bytes([g]) * 4)
+    await a.flush_directory()
+    assert directory.lookup_hash(b"\x01" * 4)[0].node_id == "A"
+    subs = [asyncio.create_task(collect(b.subscribe(NS, TR))) for _ in range(8)]
+    await asyncio.sleep(0.05)
+    await a.publish_group(NS, TR, 3, group(3), end_of_track=True)
+    results = await asyncio.wait_for(asyncio.gather(*subs), 5)
+    track_bytes = sum(sum(o.size for o in group(g)) for g in range(4))
+    for evs in results:
+        objs = [(e.group_id, e.obj) for e in evs if isinstance(e, ObjectReceived)]
+        assert [(g, o.object_id) for g, o in objs] == [(g, i) for g in range(4) for i in range(3)]
+        assert b"".join(bytes(o.payload) for _, o in objs) == b"".join(
+            bytes(o.payload) for g in range(4) for o in group(g)
+        )
+        assert [e.group_id for e in evs if isinstance(e, GroupEnded)] == [0, 1, 2, 3]
+        assert isinstance(evs[-1], TrackEnded)
+    assert up.subscribes == 1
+    assert b.stats()["upstream_bytes"] == track_bytes
+    assert b.stats()["delivered_bytes"] == 8 * track_bytes
+    # A late subscriber on B is served from B's cache alone.
+    late = await collect(b.subscribe(NS, TR))
+    assert isinstance(late[-1], TrackEnded) and up.subscribes == 1
+    await b.flush_directory()
+    assert directory.nodes_for(NS, TR, 2) == ["A", "B"]
+
+
+async def test_concurrent_pulls_of_one_group_merge_into_one_fetch() -> None:
+    a, b, up, _ = two_relays()
+    await a.publish_group(NS, TR, 0, group(0))
+    await a.publish_group(NS, TR, 1, group(1), end_of_track=True)
+    await a.flush_directory()
+    got = await asyncio.gather(*(b.get_group(NS, TR, 1) for _ in range(5)))
+    assert all(g == group(1) for g in got)
+    assert up.fetches == 1 and b.stats()["upstream_bytes"] == sum(o.size for o in group(1))
+    objs = await b.fetch(NS, TR, (0, 0), (1, 0))
+    assert [(g, o.object_id) for g, o in objs] == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+    assert up.fetches == 2  # group 0 was not cached on B yet
+
+
+async def test_unknown_track_is_refused_not_hung() -> None:
+    _, b, _, _ = two_relays()
+    with pytest.raises(RelayError) as ei:
+        await asyncio.wait_for(collect(b.subscribe(NS, b"nope")), 5)
+    assert ei.value.error_code == 0x4
+    with pytest.raises(RelayError):
+        await asyncio.wait_for(b.get_group(NS, b"nope", 0), 5)
+
+
+async def test_upstream_failure_reaches_every_subscriber() -> None:
+    a, b, _, _ = two_relays()
+    await a.publish_group(NS, TR, 0, group(0))
+    await a.flush_directory()
+    subs = [asyncio.create_task(collect(b.subscribe(NS, TR))) for _ in range(3)]
+    await asyncio.sleep(0.05)
+    await a.close()  # the peer goes away mid-track
+    for t in subs:
+        with pytest.raises(RelayError):
+            await asyncio.wait_for(t, 5)
+    assert b.lookup(NS, TR)["live"] is False
+
+
+async def test_eviction_is_reported_to_the_directory() -> None:
+    directory = Directory()
+    a = Relay(node_id="A", cache=RelayCache(2500), directory=LocalDirectoryClient(directory))
+    for g in range(4):
+        await a.publish_group(NS, TR, g, group(g), chunk_hash=bytes([g]))
+    await a.flush_directory()
+    assert a.cache.cached_groups(NS, TR) == [3]
+    assert directory.groups_on("A", NS, TR) == [3]
+    assert directory.lookup_hash(b"\x00") == [] and len(directory.lookup_hash(b"\x03")) == 1
+    assert a.stats()["evictions"] == 3
+
+
+async def test_live_subscriber_joins_mid_track_and_sees_open_group() -> None:
+    a = Relay(node_id="A", cache=RelayCache(1 << 20))
+    await a.publish_group(NS, TR, 0, group(0))
+    a.publish_object(NS, TR, 1, CachedObject(object_id=0, payload=b"x"))
+    it = a.subscribe(NS, TR, start_group=1)
+    first = await it.__anext__()
+    assert first == ObjectReceived(group_id=1, obj=CachedObject(object_id=0, payload=b"x"))
+    a.publish_object(NS, TR, 1, CachedObject(object_id=1, payload=b"y"))
+    a.end_group(NS, TR, 1)
+    a.end_track(NS, TR, 1)
+    rest = [ev async for ev in it]
+    assert rest == [
+        ObjectReceived(group_id=1, obj=CachedObject(object_id=1, payload=b"y")),
+        GroupEnded(group_id=1),
+        TrackEnded(),
+    ]
+
+
+def test_packed_group_round_trip_is_exact_and_zero_copy() -> None:
+    objs = [
+        CachedObject(object_id=0, payload=b"abc", extensions=((0x3C, 2),), priority=3),
+        CachedObject(object_id=2, status=1),
+        CachedObject(object_id=3, payload=bytes(range(256)), subgroup_id=1),
+    ]
+    packed = pack_group(objs)
+    back = unpack_group(packed)
+    assert back == [
+        CachedObject(
+            object_id=o.object_id,
+            payload=memoryview(o.payload),
+            status=o.status,
+            extensions=o.extensions,
+            priority=o.priority,
+            subgroup_id=o.subgroup_id,
+        )
+        for o in objs
+    ]
+    assert isinstance(back[2].payload, memoryview) and back[2].payload.obj is not None
