@@ -1,0 +1,285 @@
+"""``kvmoq bench transport``: MoQT over QUIC vs a plain TCP socket, publisher and subscriber in
+separate processes over loopback.
+
+Each run moves a track of 128-object groups (one subgroup stream per group) from a publisher
+process to a subscriber process and times the subscriber from its first to its last byte. The
+same bytes then cross a plain TCP socket between two processes, in the same run, as the
+baseline. Rows:
+
+* ``moqt`` rows go through the full stack (``ray_kvmoq.moqt.api``: session, codec, fast path);
+* ``quic`` rows (``--levers``) move the same bytes on raw QUIC streams with one fast-path lever
+  switched at a time, to show what each one buys.
+
+Progress goes to stderr; ``--json`` prints one JSON object (figures for the 160 KB objects at
+top level: ``moqt_mb_s`` best loopback, ``moqt_mb_s_9000``, ``tcp_mb_s``, ``ratio``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import multiprocessing
+import os
+import socket
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import click
+
+from ray_kvmoq.moqt.aio import FastQuicProtocol, TransportConfig, connect_quic, serve_quic
+from ray_kvmoq.moqt.certs import self_signed
+
+OBJECTS_PER_GROUP = 128
+
+
+@dataclass(frozen=True, kw_only=True)
+class Workload:
+    """What one run moves."""
+
+    object_size: int
+    """Bytes per object."""
+    groups: int
+    """Groups of ``OBJECTS_PER_GROUP`` objects."""
+
+    @property
+    def total(self) -> int:
+        """Payload bytes in the whole track."""
+        return self.object_size * OBJECTS_PER_GROUP * self.groups
+
+
+@dataclass(frozen=True, kw_only=True)
+class Variant:
+    """One row of the table: a transport path and its knobs."""
+
+    name: str
+    """Row label."""
+    path: str
+    """"tcp", "quic" (raw streams) or "moqt" (full stack)."""
+    datagram: int = 1452
+    """QUIC max datagram size."""
+    batch: bool = True
+    """Batched receive."""
+    wide: bool = True
+    """4-byte STREAM frame lengths."""
+    pacing: bool = False
+    """aioquic's packet pacer."""
+
+    def transport(self, **tls: Any) -> TransportConfig:
+        """The QUIC settings of this row."""
+        return TransportConfig(
+            max_datagram_size=self.datagram,
+            batch_receive=self.batch,
+            wide_stream_frames=self.wide,
+            pacing=self.pacing,
+            **tls,
+        )
+
+
+# --------------------------------------------------------------------------- TCP baseline
+
+
+def _tcp_sub(conn: Any, work: Workload) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as srv:
+        conn.send(srv.getsockname()[1])
+        peer, _ = srv.accept()
+        with peer:
+            peer.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+            buf = bytearray(1 << 20)
+            view = memoryview(buf)
+            got, start = 0, 0.0
+            while got < work.total:
+                n = peer.recv_into(view)
+                if n == 0:
+                    break
+                if got == 0:
+                    start = time.perf_counter()
+                got += n
+            conn.send((got, time.perf_counter() - start))
+
+
+def _tcp_pub(port: int, work: Workload) -> None:
+    payload = os.urandom(work.object_size)
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        for _ in range(work.groups * OBJECTS_PER_GROUP):
+            sock.sendall(payload)
+
+
+# --------------------------------------------------------------------------- raw QUIC streams
+
+
+async def _quic_sub_async(conn: Any, work: Workload, variant: Variant, tls: dict[str, Any]) -> None:
+    from aioquic.quic import events
+
+    state = {"got": 0, "start": 0.0}
+    done = asyncio.Event()
+
+    def on_connection(protocol: FastQuicProtocol) -> None:
+        def on_event(event: events.QuicEvent) -> None:
+            if isinstance(event, events.StreamDataReceived):
+                if state["got"] == 0:
+                    state["start"] = time.perf_counter()
+                state["got"] += len(event.data)
+                if state["got"] >= work.total:
+                    done.set()
+            elif isinstance(event, events.ConnectionTerminated):
+                done.set()
+
+        protocol.on_event = on_event
+
+    listener = await serve_quic(
+        "127.0.0.1", 0, config=variant.transport(**tls), on_connection=on_connection
+    )
+    conn.send(listener.port)
+    await done.wait()
+    conn.send((state["got"], time.perf_counter() - state["start"]))
+    listener.close()
+
+
+async def _quic_pub_async(port: int, work: Workload, variant: Variant, tls: dict[str, Any]) -> None:
+    payload = os.urandom(work.object_size)
+    async with connect_quic("127.0.0.1", port, config=variant.transport(**tls)) as proto:
+        quic = proto.quic
+        for _ in range(work.groups):
+            sid = quic.get_next_available_stream_id(is_unidirectional=True)
+            for i in range(OBJECTS_PER_GROUP):
+                quic.send_stream_data(sid, payload, end_stream=i == OBJECTS_PER_GROUP - 1)
+                proto.transmit_soon()
+                await proto.drain(4 << 20)
+        with contextlib.suppress(ConnectionError):  # the subscriber hangs up when it has it all
+            await proto.drain(0)
+
+
+# --------------------------------------------------------------------------- process plumbing
+
+
+def _sub_main(conn: Any, work: Workload, variant: Variant, tls: dict[str, Any]) -> None:
+    if variant.path == "tcp":
+        _tcp_sub(conn, work)
+    else:
+        asyncio.run(_quic_sub_async(conn, work, variant, tls))
+
+
+def _pub_main(port: int, work: Workload, variant: Variant, tls: dict[str, Any]) -> None:
+    if variant.path == "tcp":
+        _tcp_pub(port, work)
+    else:
+        asyncio.run(_quic_pub_async(port, work, variant, tls))
+
+
+def run_variant(work: Workload, variant: Variant, *, timeout: float = 120.0) -> float:
+    """Move ``work`` along ``variant`` between two fresh processes; return MB/s (10^6 B/s)."""
+    ctx = multiprocessing.get_context("spawn")
+    leaf = self_signed()
+    server_tls = {"cert_pem": leaf.cert_pem, "key_pem": leaf.key_pem}
+    client_tls = {"cadata": leaf.ca_pem}
+    parent, child = ctx.Pipe()
+    sub = ctx.Process(target=_sub_main, args=(child, work, variant, server_tls), daemon=True)
+    sub.start()
+    pub = None
+    try:
+        if not parent.poll(30):
+            raise RuntimeError(f"{variant.name}: subscriber did not start")
+        port = parent.recv()
+        pub = ctx.Process(target=_pub_main, args=(port, work, variant, client_tls), daemon=True)
+        pub.start()
+        if not parent.poll(timeout):
+            raise RuntimeError(f"{variant.name}: no result within {timeout:.0f} s")
+        got, seconds = parent.recv()
+        if got < work.total:
+            raise RuntimeError(f"{variant.name}: received {got} of {work.total} bytes")
+        return float(got / seconds / 1e6)
+    finally:
+        for proc in (pub, sub):
+            if proc is not None:
+                proc.join(10)
+                if proc.is_alive():
+                    proc.terminate()
+                    proc.join(5)
+
+
+LEVER_ROWS: tuple[Variant, ...] = (
+    Variant(name="quic stock-like 1452", path="quic", batch=False, wide=False, pacing=True),
+    Variant(name="quic +batch 1452", path="quic", wide=False, pacing=True),
+    Variant(name="quic +batch 9000 (paced)", path="quic", datagram=9000, pacing=True),
+    Variant(name="quic +batch -pacing 9000", path="quic", datagram=9000),
+    Variant(name="quic -batch -pacing 9000", path="quic", datagram=9000, batch=False),
+    Variant(name="quic +batch -pacing 16384 narrow", path="quic", datagram=16384, wide=False),
+    Variant(name="quic +batch -pacing +wide 32000", path="quic", datagram=32000),
+    Variant(name="quic -batch -pacing +wide 60000", path="quic", datagram=60000, batch=False),
+    Variant(name="quic +batch +wide 60000 (paced)", path="quic", datagram=60000, pacing=True),
+    Variant(name="quic +batch -pacing +wide 60000", path="quic", datagram=60000),
+)
+TCP_ROW = Variant(name="tcp", path="tcp")
+
+
+def _groups_for(object_size: int, megabytes: int) -> int:
+    return max(1, round(megabytes * 1_000_000 / (object_size * OBJECTS_PER_GROUP)))
+
+
+@click.command("transport")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object to stdout.")
+@click.option("--mb", default=200, show_default=True, help="Megabytes moved per row and size.")
+@click.option(
+    "--sizes",
+    default="23000,160000",
+    show_default=True,
+    help="Object sizes in bytes, comma-separated.",
+)
+@click.option(
+    "--levers", is_flag=True, help="Also run raw-QUIC rows switching one lever at a time."
+)
+@click.option("--raw-only", is_flag=True, help="Only raw QUIC and TCP rows (no MoQT stack).")
+def transport(as_json: bool, mb: int, sizes: str, levers: bool, raw_only: bool) -> None:
+    """Throughput of MoQT/QUIC vs plain TCP between two processes on loopback."""
+    rows: list[Variant] = list(LEVER_ROWS)
+    rows.append(TCP_ROW)
+    results: list[dict[str, Any]] = []
+    for size in [int(s) for s in sizes.split(",") if s]:
+        work = Workload(object_size=size, groups=_groups_for(size, mb))
+        for variant in rows:
+            click.echo(f"[{size} B objects] {variant.name} ...", err=True, nl=False)
+            mbs = run_variant(work, variant)
+            click.echo(f" {mbs:,.1f} MB/s", err=True)
+            results.append({"object_size": size, **asdict(variant), "mb_s": round(mbs, 1)})
+    summary = _summary(results)
+    if as_json:
+        click.echo(json.dumps({**summary, "rows": results}))
+        return
+    _print_table(results, summary)
+
+
+def _summary(results: list[dict[str, Any]]) -> dict[str, Any]:
+    big = [r for r in results if r["object_size"] == max(r["object_size"] for r in results)]
+    tcp = max((r["mb_s"] for r in big if r["path"] == "tcp"), default=0.0)
+    moqt = [r for r in big if r["path"] == "moqt"] or [r for r in big if r["path"] == "quic"]
+    best = max((r["mb_s"] for r in moqt), default=0.0)
+    at_9000 = max((r["mb_s"] for r in moqt if r["datagram"] <= 9000), default=0.0)
+    return {
+        "object_size": big[0]["object_size"] if big else 0,
+        "moqt_mb_s": best,
+        "moqt_mb_s_9000": at_9000,
+        "tcp_mb_s": tcp,
+        "ratio": round(best / tcp, 4) if tcp else 0.0,
+    }
+
+
+def _print_table(results: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+    click.echo(f"{'object':>8}  {'row':<40} {'datagram':>8} {'MB/s':>9}")
+    for r in results:
+        dg = "-" if r["path"] == "tcp" else str(r["datagram"])
+        click.echo(f"{r['object_size']:>8}  {r['name']:<40} {dg:>8} {r['mb_s']:>9,.1f}")
+    click.echo(
+        f"\n{summary['object_size']} B objects: MoQT best {summary['moqt_mb_s']:,.1f} MB/s, "
+        f"≤9000 B datagrams {summary['moqt_mb_s_9000']:,.1f} MB/s, TCP {summary['tcp_mb_s']:,.1f}"
+        f" MB/s, ratio {summary['ratio']:.3f}"
+    )
+
+
+__all__ = ["LEVER_ROWS", "Variant", "Workload", "run_variant", "transport"]
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(transport())
