@@ -1,0 +1,566 @@
+"""Subscriptions of a MoQT session: SUBSCRIBE*, UNSUBSCRIBE, PUBLISH*, PUBLISH_DONE (d14 §9.7-§9.15).
+
+Both directions live here: commands an application calls (``subscribe``, ``accept_subscribe``,
+``publish``, ...) and the handlers for the same messages arriving from the peer (``_on_*``).
+Every lifecycle step goes through the subscription transition tables in :mod:`.state`.
+
+Invariants:
+
+* Subscriber-side records (``_subs_out``) are keyed by our SUBSCRIBE's request id or by the
+  peer's PUBLISH id; publisher-side records (``_subs_in``) by the peer's SUBSCRIBE id or our
+  PUBLISH id. A track alias maps to exactly one live record on each side (``_alias_in``,
+  ``_alias_out``); a second use is DUPLICATE_TRACK_ALIAS (peer) or LocalProtocolError (us).
+* SUBSCRIBE_UPDATE only narrows (d14 §9.10): the current start/end is kept per record, resolved
+  from the filter and Largest Location at SUBSCRIBE_OK time.
+* UNSUBSCRIBE / SUBSCRIBE_UPDATE naming a request that existed but has ended are ignored (they
+  cross PUBLISH_DONE on the wire, and moq-dev probes with SUBSCRIBE/UNSUBSCRIBE); ones naming a
+  request that never existed are a PROTOCOL_VIOLATION.
+"""
+
+from __future__ import annotations
+
+from .errors import DuplicateTrackAlias, LocalProtocolError, ProtocolViolation
+from .events import (
+    MoqtEvent,
+    PublishAccepted,
+    PublishDoneReceived,
+    PublishRejected,
+    PublishRequested,
+    SubscribeAccepted,
+    SubscribeRejected,
+    SubscribeRequested,
+    SubscribeUpdated,
+    Unsubscribed,
+)
+from .framer import encode_control
+from .messages import (
+    AuthToken,
+    Location,
+    MessageParameters,
+    Publish,
+    PublishDone,
+    PublishError,
+    PublishOk,
+    Subscribe,
+    SubscribeError,
+    SubscribeOk,
+    SubscribeUpdate,
+    Unsubscribe,
+)
+from .session_core import PublisherRecord, SessionCore, SubscriberRecord
+from .state import (
+    PublisherSubInput,
+    PublisherSubState,
+    SubscriberSubInput,
+    SubscriberSubState,
+)
+from .types import FilterType, GroupOrder
+
+__all__ = ["SubscriptionsMixin", "resolve_start", "with_tokens"]
+
+_NO_PARAMS = MessageParameters()
+
+
+def with_tokens(
+    parameters: MessageParameters | None, auth_tokens: tuple[AuthToken, ...]
+) -> MessageParameters:
+    """``parameters`` (or none) with AUTHORIZATION TOKEN parameters appended."""
+    params = parameters if parameters is not None else _NO_PARAMS
+    for token in auth_tokens:
+        params = params.with_param(0x03, token.encode())  # type: ignore[assignment]
+    return params
+
+
+def resolve_start(
+    filter_type: FilterType, start: Location | None, largest: Location | None
+) -> Location:
+    """The first location a subscription covers (d14 §5.1.2), given the Largest Location."""
+    if filter_type in (FilterType.ABSOLUTE_START, FilterType.ABSOLUTE_RANGE) and start:
+        return start
+    if largest is None:
+        return Location(0, 0)
+    if filter_type is FilterType.NEXT_GROUP_START:
+        return Location(largest.group + 1, 0)
+    return largest.next_object()
+
+
+class SubscriptionsMixin(SessionCore):
+    """SUBSCRIBE / PUBLISH commands and handlers (see the module docstring)."""
+
+    # ------------------------------------------------------------ subscriber: commands
+
+    def subscribe(
+        self,
+        track_namespace: tuple[bytes, ...],
+        track_name: bytes,
+        *,
+        filter_type: FilterType = FilterType.LARGEST_OBJECT,
+        start: Location | None = None,
+        end_group: int | None = None,
+        subscriber_priority: int = 128,
+        group_order: GroupOrder = GroupOrder.PUBLISHER_DEFAULT,
+        forward: bool = True,
+        parameters: MessageParameters | None = None,
+        auth_tokens: tuple[AuthToken, ...] = (),
+    ) -> int:
+        """Send SUBSCRIBE; returns its request id. ``start``/``end_group`` per the filter."""
+        rid = self._start_request(
+            lambda rid: Subscribe(
+                request_id=rid,
+                track_namespace=track_namespace,
+                track_name=track_name,
+                subscriber_priority=subscriber_priority,
+                group_order=group_order,
+                forward=forward,
+                filter_type=filter_type,
+                start=start,
+                end_group=end_group,
+                parameters=with_tokens(parameters, auth_tokens),
+            )
+        )
+        self._subs_out[rid] = self._new_subscriber(
+            rid,
+            SubscriberSubState.PENDING,
+            track_namespace=track_namespace,
+            track_name=track_name,
+            filter_type=filter_type,
+            start=start,
+            end_group=end_group,
+        )
+        return rid
+
+    def subscribe_update(
+        self,
+        request_id: int,
+        *,
+        start: Location,
+        end_group: int | None = None,
+        subscriber_priority: int = 128,
+        forward: bool = True,
+        parameters: MessageParameters | None = None,
+    ) -> int:
+        """Narrow subscription ``request_id`` (SUBSCRIBE_UPDATE); returns the update's new id.
+
+        ``end_group`` is inclusive (None = open-ended). Widening raises LocalProtocolError.
+        """
+        rec = self._subs_out.get(request_id)
+        if rec is None:
+            raise LocalProtocolError(f"no subscription with request id {request_id}")
+        if not rec.machine.allows(SubscriberSubInput.SEND_UPDATE):
+            rec.machine.apply(SubscriberSubInput.SEND_UPDATE)  # raises with the state name
+        _check_narrowing(rec.start, rec.end_group, start, end_group, LocalProtocolError)
+        rid = self._start_request(
+            lambda rid: SubscribeUpdate(
+                request_id=rid,
+                subscription_request_id=request_id,
+                start=start,
+                end_group=0 if end_group is None else end_group + 1,
+                subscriber_priority=subscriber_priority,
+                forward=forward,
+                parameters=parameters if parameters is not None else _NO_PARAMS,
+            )
+        )
+        rec.machine.apply(SubscriberSubInput.SEND_UPDATE)
+        rec.start, rec.end_group = start, end_group
+        return rid
+
+    def unsubscribe(self, request_id: int) -> None:
+        """Send UNSUBSCRIBE for our subscription (or an accepted PUBLISH)."""
+        rec = self._subs_out.get(request_id)
+        if rec is None:
+            raise LocalProtocolError(f"no subscription with request id {request_id}")
+        rec.machine.apply(SubscriberSubInput.SEND_UNSUBSCRIBE)
+        self._send_control(Unsubscribe(request_id=request_id))
+
+    def publish_ok(
+        self,
+        request_id: int,
+        *,
+        forward: bool = True,
+        subscriber_priority: int = 128,
+        group_order: GroupOrder = GroupOrder.PUBLISHER_DEFAULT,
+        filter_type: FilterType = FilterType.LARGEST_OBJECT,
+        start: Location | None = None,
+        end_group: int | None = None,
+        parameters: MessageParameters | None = None,
+    ) -> None:
+        """Accept the peer's PUBLISH (PUBLISH_OK)."""
+        rec = self._subscriber(request_id)
+        msg = PublishOk(
+            request_id=request_id,
+            forward=forward,
+            subscriber_priority=subscriber_priority,
+            group_order=group_order,
+            filter_type=filter_type,
+            start=start,
+            end_group=end_group,
+            parameters=parameters if parameters is not None else _NO_PARAMS,
+        )
+        data = encode_control(msg)
+        rec.machine.apply(SubscriberSubInput.SEND_PUBLISH_OK)
+        rec.filter_type, rec.end_group = filter_type, end_group
+        rec.start = start if filter_type.has_start else rec.start
+        self._send_raw_control(data)
+
+    def publish_error(self, request_id: int, error_code: int, reason: str = "") -> None:
+        """Refuse the peer's PUBLISH (PUBLISH_ERROR)."""
+        rec = self._subscriber(request_id)
+        data = encode_control(
+            PublishError(request_id=request_id, error_code=error_code, reason=reason)
+        )
+        rec.machine.apply(SubscriberSubInput.SEND_PUBLISH_ERROR)
+        self._send_raw_control(data)
+        self._drop_subscriber(rec)
+
+    # ------------------------------------------------------------ publisher: commands
+
+    def accept_subscribe(
+        self,
+        request_id: int,
+        *,
+        track_alias: int | None = None,
+        largest: Location | None = None,
+        expires: int = 0,
+        group_order: GroupOrder = GroupOrder.ASCENDING,
+        parameters: MessageParameters | None = None,
+    ) -> int:
+        """Answer the peer's SUBSCRIBE with SUBSCRIBE_OK; returns the track alias used.
+
+        ``largest`` is the Largest Location published so far (None: no content yet); it also
+        resolves later joining fetches. ``track_alias`` None picks a free one.
+        """
+        rec = self._publisher(request_id)
+        alias = self._pick_alias(track_alias)
+        msg = SubscribeOk(
+            request_id=request_id,
+            track_alias=alias,
+            expires=expires,
+            group_order=group_order,
+            largest=largest,
+            parameters=parameters if parameters is not None else _NO_PARAMS,
+        )
+        data = encode_control(msg)
+        rec.machine.apply(PublisherSubInput.SEND_SUBSCRIBE_OK)
+        rec.track_alias, rec.largest, rec.accepted = alias, largest, True
+        rec.start = resolve_start(rec.filter_type, rec.start, largest)
+        self._alias_out[alias] = request_id
+        self._send_raw_control(data)
+        return alias
+
+    def reject_subscribe(self, request_id: int, error_code: int, reason: str = "") -> None:
+        """Answer the peer's SUBSCRIBE with SUBSCRIBE_ERROR."""
+        rec = self._publisher(request_id)
+        data = encode_control(
+            SubscribeError(request_id=request_id, error_code=error_code, reason=reason)
+        )
+        rec.machine.apply(PublisherSubInput.SEND_SUBSCRIBE_ERROR)
+        self._send_raw_control(data)
+        self._drop_publisher(rec)
+
+    def publish(
+        self,
+        track_namespace: tuple[bytes, ...],
+        track_name: bytes,
+        *,
+        track_alias: int | None = None,
+        group_order: GroupOrder = GroupOrder.ASCENDING,
+        largest: Location | None = None,
+        forward: bool = True,
+        parameters: MessageParameters | None = None,
+        auth_tokens: tuple[AuthToken, ...] = (),
+    ) -> tuple[int, int]:
+        """Send PUBLISH; returns ``(request_id, track_alias)``.
+
+        With ``forward`` the application may open subgroups before PUBLISH_OK (d14 §9.13).
+        """
+        alias = self._pick_alias(track_alias)
+        rid = self._start_request(
+            lambda rid: Publish(
+                request_id=rid,
+                track_namespace=track_namespace,
+                track_name=track_name,
+                track_alias=alias,
+                group_order=group_order,
+                largest=largest,
+                forward=forward,
+                parameters=with_tokens(parameters, auth_tokens),
+            )
+        )
+        self._subs_in[rid] = self._new_publisher(
+            rid,
+            PublisherSubState.OFFERED,
+            track_namespace=track_namespace,
+            track_name=track_name,
+            filter_type=FilterType.LARGEST_OBJECT,
+            track_alias=alias,
+            largest=largest,
+            forward=forward,
+        )
+        self._alias_out[alias] = rid
+        return rid, alias
+
+    def publish_done(
+        self,
+        request_id: int,
+        status_code: int,
+        reason: str = "",
+        *,
+        stream_count: int | None = None,
+    ) -> None:
+        """End a subscription we publish (PUBLISH_DONE).
+
+        ``stream_count`` defaults to the number of subgroup streams opened for it; send it only
+        after those streams are finished or reset (d14 §9.12).
+        """
+        rec = self._publisher(request_id)
+        count = rec.streams_opened if stream_count is None else stream_count
+        data = encode_control(
+            PublishDone(
+                request_id=request_id, status_code=status_code, stream_count=count, reason=reason
+            )
+        )
+        rec.machine.apply(PublisherSubInput.SEND_PUBLISH_DONE)
+        self._send_raw_control(data)
+        self._drop_publisher(rec)
+
+    # ------------------------------------------------------------ helpers
+
+    def _subscriber(self, request_id: int) -> SubscriberRecord:
+        rec = self._subs_out.get(request_id)
+        if rec is None:
+            raise LocalProtocolError(f"no subscription with request id {request_id}")
+        return rec
+
+    def _publisher(self, request_id: int) -> PublisherRecord:
+        rec = self._subs_in.get(request_id)
+        if rec is None:
+            raise LocalProtocolError(f"no subscription with request id {request_id}")
+        return rec
+
+    def _pick_alias(self, track_alias: int | None) -> int:
+        if track_alias is None:
+            return self._allocate_alias()
+        if track_alias in self._alias_out:
+            raise LocalProtocolError(f"track alias {track_alias} already in use")
+        return track_alias
+
+    def _drop_subscriber(self, rec: SubscriberRecord) -> None:
+        self._subs_out.pop(rec.request_id, None)
+        self._lingering.pop(rec.request_id, None)
+        self._retire_alias(rec.track_alias)
+        if not self._is_ours(rec.request_id):
+            self._peer_request_done(rec.request_id)
+
+    def _drop_publisher(self, rec: PublisherRecord) -> None:
+        self._subs_in.pop(rec.request_id, None)
+        if rec.track_alias is not None and self._alias_out.get(rec.track_alias) == rec.request_id:
+            del self._alias_out[rec.track_alias]
+        if not self._is_ours(rec.request_id):
+            self._peer_request_done(rec.request_id)
+
+    def _check_subscriber_done(self, rec: SubscriberRecord) -> None:
+        """Close a DONE subscription once every counted data stream has come and gone."""
+        if rec.machine.state is not SubscriberSubState.DONE or rec.open_streams:
+            return
+        if rec.expected_streams is not None and rec.streams_seen >= rec.expected_streams:
+            rec.machine.apply(SubscriberSubInput.STREAMS_COMPLETE)
+            self._drop_subscriber(rec)
+
+    # ------------------------------------------------------------ handlers: subscriber side
+
+    def _on_subscribe_ok(self, msg: SubscribeOk, out: list[MoqtEvent]) -> None:
+        rec = self._lookup(self._subs_out, msg.request_id, "SUBSCRIBE_OK")
+        rec.machine.apply(SubscriberSubInput.RECV_SUBSCRIBE_OK)
+        if msg.track_alias in self._alias_in:
+            raise DuplicateTrackAlias(f"track alias {msg.track_alias} already in use")
+        rec.track_alias = msg.track_alias
+        rec.start = resolve_start(rec.filter_type, rec.start, msg.largest)
+        self._alias_in[msg.track_alias] = rec.request_id
+        self._retired_aliases.pop(msg.track_alias, None)
+        if rec.machine.state is SubscriberSubState.ESTABLISHED:
+            out.append(
+                SubscribeAccepted(
+                    request_id=msg.request_id,
+                    track_alias=msg.track_alias,
+                    expires=msg.expires,
+                    group_order=msg.group_order,
+                    largest=msg.largest,
+                    parameters=msg.parameters,
+                )
+            )
+        self._alias_known(msg.track_alias, out)
+
+    def _on_subscribe_error(self, msg: SubscribeError, out: list[MoqtEvent]) -> None:
+        rec = self._lookup(self._subs_out, msg.request_id, "SUBSCRIBE_ERROR")
+        was_pending = rec.machine.state is SubscriberSubState.PENDING
+        rec.machine.apply(SubscriberSubInput.RECV_SUBSCRIBE_ERROR)
+        self._drop_subscriber(rec)
+        if was_pending:
+            out.append(
+                SubscribeRejected(
+                    request_id=msg.request_id, error_code=msg.error_code, reason=msg.reason
+                )
+            )
+
+    def _on_publish_done(self, msg: PublishDone, out: list[MoqtEvent]) -> None:
+        rec = self._lookup(self._subs_out, msg.request_id, "PUBLISH_DONE")
+        state = rec.machine.apply(SubscriberSubInput.RECV_PUBLISH_DONE)
+        out.append(
+            PublishDoneReceived(
+                request_id=msg.request_id,
+                status_code=msg.status_code,
+                stream_count=msg.stream_count,
+                reason=msg.reason,
+            )
+        )
+        if state is SubscriberSubState.CLOSED:
+            self._drop_subscriber(rec)
+            return
+        rec.expected_streams = msg.stream_count
+        self._lingering[rec.request_id] = self._now + self._config.publish_done_linger
+        self._check_subscriber_done(rec)
+
+    def _on_publish(self, msg: Publish, out: list[MoqtEvent]) -> None:
+        self._accept_peer_request_id(msg.request_id)
+        if msg.track_alias in self._alias_in:
+            raise DuplicateTrackAlias(f"track alias {msg.track_alias} already in use")
+        tokens = self._tokens(msg.parameters)
+        self._subs_out[msg.request_id] = self._new_subscriber(
+            msg.request_id,
+            SubscriberSubState.OFFERED,
+            track_namespace=msg.track_namespace,
+            track_name=msg.track_name,
+            filter_type=FilterType.LARGEST_OBJECT,
+            track_alias=msg.track_alias,
+        )
+        self._alias_in[msg.track_alias] = msg.request_id
+        self._retired_aliases.pop(msg.track_alias, None)
+        out.append(
+            PublishRequested(
+                request_id=msg.request_id,
+                track_namespace=msg.track_namespace,
+                track_name=msg.track_name,
+                track_alias=msg.track_alias,
+                group_order=msg.group_order,
+                largest=msg.largest,
+                forward=msg.forward,
+                parameters=msg.parameters,
+                auth_tokens=tokens,
+            )
+        )
+        self._alias_known(msg.track_alias, out)
+
+    # ------------------------------------------------------------ handlers: publisher side
+
+    def _on_subscribe(self, msg: Subscribe, out: list[MoqtEvent]) -> None:
+        self._accept_peer_request_id(msg.request_id)
+        if (
+            msg.filter_type is FilterType.ABSOLUTE_RANGE
+            and msg.start is not None
+            and msg.end_group is not None
+            and msg.end_group < msg.start.group
+        ):
+            raise ProtocolViolation("SUBSCRIBE end group before start group")
+        tokens = self._tokens(msg.parameters)
+        self._subs_in[msg.request_id] = self._new_publisher(
+            msg.request_id,
+            PublisherSubState.REQUESTED,
+            track_namespace=msg.track_namespace,
+            track_name=msg.track_name,
+            filter_type=msg.filter_type,
+            start=msg.start,
+            end_group=msg.end_group,
+            forward=msg.forward,
+        )
+        out.append(
+            SubscribeRequested(
+                request_id=msg.request_id,
+                track_namespace=msg.track_namespace,
+                track_name=msg.track_name,
+                subscriber_priority=msg.subscriber_priority,
+                group_order=msg.group_order,
+                forward=msg.forward,
+                filter_type=msg.filter_type,
+                start=msg.start,
+                end_group=msg.end_group,
+                parameters=msg.parameters,
+                auth_tokens=tokens,
+            )
+        )
+
+    def _on_subscribe_update(self, msg: SubscribeUpdate, out: list[MoqtEvent]) -> None:
+        self._accept_peer_request_id(msg.request_id)
+        self._peer_request_done(msg.request_id)  # no response: complete at once
+        rec = self._subs_in.get(msg.subscription_request_id)
+        if rec is None:
+            self._unknown_reference(msg.subscription_request_id, "SUBSCRIBE_UPDATE")
+            return
+        end_group = msg.end_group - 1 if msg.end_group else None
+        if end_group is not None and end_group < msg.start.group:
+            raise ProtocolViolation("SUBSCRIBE_UPDATE end group before start group")
+        _check_narrowing(rec.start, rec.end_group, msg.start, end_group, ProtocolViolation)
+        rec.machine.apply(PublisherSubInput.RECV_UPDATE)
+        rec.start, rec.end_group, rec.forward = msg.start, end_group, msg.forward
+        out.append(
+            SubscribeUpdated(
+                request_id=rec.request_id,
+                update_request_id=msg.request_id,
+                start=msg.start,
+                end_group=end_group,
+                subscriber_priority=msg.subscriber_priority,
+                forward=msg.forward,
+                parameters=msg.parameters,
+            )
+        )
+
+    def _on_unsubscribe(self, msg: Unsubscribe, out: list[MoqtEvent]) -> None:
+        rec = self._subs_in.get(msg.request_id)
+        if rec is None:
+            self._unknown_reference(msg.request_id, "UNSUBSCRIBE")
+            return
+        rec.machine.apply(PublisherSubInput.RECV_UNSUBSCRIBE)
+        self._cancel_publisher_streams(rec)
+        self._drop_publisher(rec)
+        out.append(Unsubscribed(request_id=msg.request_id))
+
+    def _on_publish_ok(self, msg: PublishOk, out: list[MoqtEvent]) -> None:
+        rec = self._lookup(self._subs_in, msg.request_id, "PUBLISH_OK")
+        rec.machine.apply(PublisherSubInput.RECV_PUBLISH_OK)
+        rec.filter_type, rec.end_group, rec.forward = msg.filter_type, msg.end_group, msg.forward
+        rec.start = resolve_start(msg.filter_type, msg.start, rec.largest)
+        rec.accepted = True
+        out.append(
+            PublishAccepted(
+                request_id=msg.request_id,
+                forward=msg.forward,
+                subscriber_priority=msg.subscriber_priority,
+                group_order=msg.group_order,
+                filter_type=msg.filter_type,
+                start=msg.start,
+                end_group=msg.end_group,
+                parameters=msg.parameters,
+            )
+        )
+
+    def _on_publish_error(self, msg: PublishError, out: list[MoqtEvent]) -> None:
+        rec = self._lookup(self._subs_in, msg.request_id, "PUBLISH_ERROR")
+        rec.machine.apply(PublisherSubInput.RECV_PUBLISH_ERROR)
+        self._cancel_publisher_streams(rec)
+        self._drop_publisher(rec)
+        out.append(
+            PublishRejected(request_id=msg.request_id, error_code=msg.error_code, reason=msg.reason)
+        )
+
+
+def _check_narrowing(
+    old_start: Location | None,
+    old_end: int | None,
+    new_start: Location,
+    new_end: int | None,
+    error: type[LocalProtocolError] | type[ProtocolViolation],
+) -> None:
+    """SUBSCRIBE_UPDATE may only narrow: start must not decrease, end must not increase."""
+    if old_start is not None and new_start < old_start:
+        raise error(f"SUBSCRIBE_UPDATE moves start back from {old_start} to {new_start}")
+    if old_end is not None and (new_end is None or new_end > old_end):
+        raise error(f"SUBSCRIBE_UPDATE widens end group {old_end} to {new_end}")
