@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -202,7 +202,7 @@ class Relay:
         node_id: str,
         cache: RelayCache,
         directory: DirectoryClient | None = None,
-        connect: Callable[[NodeInfo], asyncio.Future[Upstream]] | None = None,
+        connect: Callable[[NodeInfo], Awaitable[Upstream]] | None = None,
         clock: Callable[[], float] = time.monotonic,
         queue_limit: int = 0,
     ) -> None:

@@ -71,7 +71,7 @@ def two_relays(budget: int = 1 << 24) -> tuple[Relay, Relay, DirectUpstream, Dir
         assert info.node_id == "A"
         return up
 
-    b = Relay(node_id="B", cache=RelayCache(budget), directory=client, connect=connect)  # type: ignore[arg-type]
+    b = Relay(node_id="B", cache=RelayCache(budget), directory=client, connect=connect)
     return a, b, up, directory
 
 
