@@ -64,6 +64,7 @@ __all__ = [
     "DecodeOptions",
     "decode_control",
     "encode_control",
+    "read_control_frame",
 ]
 
 SUPPORTED_VERSIONS = frozenset({DRAFT_14})
@@ -214,6 +215,27 @@ def _decode(msg_type: int, payload: bytes | bytearray | memoryview, opts: Decode
     return msg
 
 
+def read_control_frame(
+    data: bytes | bytearray | memoryview, pos: int = 0
+) -> tuple[int, bytes, int]:
+    """Split one control frame off ``data[pos:]``: returns ``(type, payload, end)``.
+
+    Raises:
+        NeedMoreData: the type, the length or the payload is not complete yet.
+        UnknownMessageType: the type is not a draft-14 control message (checked as soon as the
+            type varint is complete).
+    """
+    msg_type, at = decode_varint(data, pos)
+    if msg_type not in _DECODERS:
+        raise UnknownMessageType(f"unknown control message type {msg_type:#x}")
+    if at + 2 > len(data):
+        raise NeedMoreData
+    end = at + 2 + _U16.unpack_from(data, at)[0]
+    if end > len(data):
+        raise NeedMoreData
+    return msg_type, bytes(data[at + 2 : end]), end
+
+
 class ControlStreamParser:
     """Incremental parser of the bidirectional control stream.
 
@@ -270,17 +292,10 @@ class ControlStreamParser:
         size = len(buf)
         while pos < size:
             try:
-                msg_type, at = decode_varint(buf, pos)
+                msg_type, payload, end = read_control_frame(buf, pos)
             except NeedMoreData:
                 break
-            if msg_type not in _DECODERS:
-                raise UnknownMessageType(f"unknown control message type {msg_type:#x}")
-            if at + 2 > size:
-                break
-            end = at + 2 + _U16.unpack_from(buf, at)[0]
-            if end > size:
-                break
-            out.append(_decode(msg_type, bytes(buf[at + 2 : end]), opts))
+            out.append(_decode(msg_type, payload, opts))
             pos = end
         if pos:
             del buf[:pos]
