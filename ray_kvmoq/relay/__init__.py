@@ -1,1 +1,67 @@
-"""ray_kvmoq.relay."""
+"""ray_kvmoq.relay: a payload-agnostic caching MoQT relay, one per Ray node.
+
+Modules (imports: ``ray_kvmoq.moqt`` only, never ``kvcache``; ``ray`` only in ``actor.py``):
+
+    cache.py      sans-I/O object cache: (namespace, track, group, object) → opaque object,
+                  one byte budget, LRU of whole groups, latest group kept, merged in-flight pulls
+    packed.py     a sealed group as one numpy buffer + offsets table (object-store form)
+    directory.py  sans-I/O directory: node → track groups, chunk hash → locations
+    auth.py       HMAC-signed, expiring, namespace-scoped AUTHORIZATION_TOKENs
+    relay.py      the relay core (asyncio, transport-agnostic): routing, fan-out, live tracks
+    network.py    the MoQT side: server for downstream sessions, pooled sessions to peer relays
+    actor.py      Ray shell: ``RelayActor`` per node, ``kvmoq_directory`` actor, zero-copy store
+
+In-node API (stable; for Serve replicas and other actors on the same node). Start the relays
+once from the driver (the serving app's builder)::
+
+    from ray_kvmoq.relay.actor import start_relays, get_directory, relay_name
+    relays = start_relays(port=0, budget_bytes=256 << 20)     # node id -> RelayActor handle
+    relay = ray.get_actor(relay_name(ray.get_runtime_context().get_node_id()))  # in a replica
+
+``namespace`` is a tuple/list of str|bytes fields (or a "/"-separated str), ``track`` str|bytes.
+Every method is awaited from async code (``await relay.m.remote(...)``):
+
+* ``publish_group(namespace, track, group_id, objects, *, end_of_track=False,
+  chunk_hash=None) -> None`` — ``objects`` are payload ``bytes`` (object ids 0..n-1) or
+  :class:`~ray_kvmoq.relay.cache.CachedObject` s; ``chunk_hash`` labels the group in the directory.
+* ``end_track(namespace, track, last_group) -> None``.
+* ``lookup(namespace, track) -> {"groups", "sealed", "largest", "end_of_track", "live"}``.
+* ``get_group_ref(namespace, track, group_id) -> ObjectRef[PackedGroup]`` — from the local
+  cache, or pulled once from the relay that has it (MoQT FETCH); ``await`` the ref (zero-copy on
+  the same node) and call :func:`~ray_kvmoq.relay.packed.unpack_group`.
+* ``subscribe_groups(namespace, track, start_group=0)`` — a streaming generator:
+  ``async for ref in relay.subscribe_groups.remote(...)``; each item is
+  ``{"group_id": g, "ref": ObjectRef[PackedGroup]}`` as groups complete (cached ones first,
+  live ones as they are published anywhere in the cluster), then ``{"end": True}``.
+* ``lookup_hash(chunk_hash) -> list[Location]``, ``longest_prefix(chunk_hashes) ->
+  list[list[Location]]`` — directory queries (also on the ``kvmoq_directory`` actor itself,
+  with ``nodes_for(namespace, track, group_id)`` and ``nodes()``).
+* ``stats() -> dict[str, int]``, ``address() -> NodeInfo``, ``flush_directory()``,
+  ``shutdown()``.
+
+Errors: ``RelayError`` (``error_code`` = draft-14 request error, e.g. 0x4 TRACK_DOES_NOT_EXIST)
+when no relay has a track or the upstream fails.
+
+Outside Ray, ``kvmoq relay --listen HOST:PORT`` runs the same relay as a plain MoQT relay.
+"""
+
+from .auth import TokenSigner, TokenVerifier
+from .cache import CachedObject, RelayCache
+from .directory import Directory, Location, NodeInfo
+from .packed import PackedGroup, pack_group, unpack_group
+from .relay import Relay, RelayError
+
+__all__ = [
+    "CachedObject",
+    "Directory",
+    "Location",
+    "NodeInfo",
+    "PackedGroup",
+    "Relay",
+    "RelayCache",
+    "RelayError",
+    "TokenSigner",
+    "TokenVerifier",
+    "pack_group",
+    "unpack_group",
+]

@@ -101,13 +101,17 @@ TrackEvent = ObjectReceived | GroupEnded | TrackEnded
 
 
 class Upstream(Protocol):
-    """Where a relay gets a track it does not have (a peer relay or an external publisher)."""
+    """Where a relay gets a track it does not have (a peer relay or an external publisher).
 
-    def subscribe(self, namespace: Namespace, track: bytes) -> AsyncIterator[TrackEvent]:
-        """Every object of the track from the start, live; raises RelayError on failure."""
+    Both methods return once the upstream accepted the request (SUBSCRIBE_OK / FETCH_OK) and
+    raise :class:`RelayError` if it refused; the iterator then raises RelayError on failure.
+    """
+
+    async def subscribe(self, namespace: Namespace, track: bytes) -> AsyncIterator[TrackEvent]:
+        """Every object of the track from the start, live."""
         ...
 
-    def fetch(
+    async def fetch(
         self, namespace: Namespace, track: bytes, start: tuple[int, int], end: tuple[int, int]
     ) -> AsyncIterator[tuple[int, CachedObject]]:
         """Objects in the FETCH range [start, end) (end object 0 = whole group)."""
@@ -185,6 +189,7 @@ def as_track(track: str | bytes) -> bytes:
 class _Live:
     queues: set[asyncio.Queue[TrackEvent | RelayError]] = field(default_factory=set)
     upstream: asyncio.Task[None] | None = None
+    ready: asyncio.Future[None] | None = None
     local: bool = False
     ended: bool = False
 
@@ -296,45 +301,45 @@ class Relay:
             "live": (namespace, track) in self._live,
         }
 
-    async def subscribe(
+    async def open_subscription(
         self, namespace: Namespace, track: bytes, *, start_group: int = 0
-    ) -> AsyncIterator[TrackEvent]:
-        """Cached groups from ``start_group``, then live ones, then :class:`TrackEnded`.
+    ) -> TrackSubscription:
+        """Subscribe: returns once the track is known to exist here or upstream (the upstream
+        subscription is established first, draft-14 §8), else raises :class:`RelayError`.
 
-        Raises :class:`RelayError` when no one has the track or the upstream fails.
+        Iterate the result for cached groups from ``start_group``, then live ones, then
+        :class:`TrackEnded`; ``close()`` it when leaving early.
         """
         key = (namespace, track)
         queue: asyncio.Queue[TrackEvent | RelayError] = asyncio.Queue(self._queue_limit)
         snapshot = self._snapshot(namespace, track, start_group)
+        largest, _ = self.cache.track_info(namespace, track)
+        if snapshot and isinstance(snapshot[-1], TrackEnded):
+            return TrackSubscription(self, key, None, queue, snapshot, start_group, largest)
         live = self._live.get(key)
-        done = bool(snapshot) and isinstance(snapshot[-1], TrackEnded)
-        if not done:
-            if live is None:
-                live = self._live[key] = _Live()
-            live.queues.add(queue)
+        if live is None:
+            live = self._live[key] = _Live()
+        live.queues.add(queue)
+        sub = TrackSubscription(self, key, live, queue, snapshot, start_group, largest)
         try:
-            for ev in snapshot:
-                self._count(ev)
+            if not live.local and not live.ended:
+                await self._ensure_upstream(namespace, track, live)
+        except BaseException:
+            sub.close()
+            raise
+        sub.largest = self.cache.track_info(namespace, track)[0]
+        return sub
+
+    async def subscribe(
+        self, namespace: Namespace, track: bytes, *, start_group: int = 0
+    ) -> AsyncIterator[TrackEvent]:
+        """:meth:`open_subscription` as one async generator."""
+        sub = await self.open_subscription(namespace, track, start_group=start_group)
+        try:
+            async for ev in sub:
                 yield ev
-            if done:
-                return
-            assert live is not None
-            if not live.local and live.upstream is None and not live.ended:
-                live.upstream = asyncio.create_task(self._run_upstream(namespace, track, live))
-            while True:
-                item = await queue.get()
-                if isinstance(item, RelayError):
-                    raise item
-                if isinstance(item, ObjectReceived | GroupEnded) and item.group_id < start_group:
-                    continue
-                self._count(item)
-                yield item
-                if isinstance(item, TrackEnded):
-                    return
         finally:
-            if live is not None:
-                live.queues.discard(queue)
-                self._maybe_stop_upstream(key, live)
+            sub.close()
 
     async def get_group(
         self, namespace: Namespace, track: bytes, group_id: int
@@ -351,6 +356,7 @@ class Relay:
             live = self._live.get((namespace, track))
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             if live is not None and (live.local or live.upstream is not None) and not live.ended:
+                # the group is coming on a live track (local publisher or upstream subscription)
                 self._group_waiters.setdefault(gkey, []).append(fut)
                 await fut
                 continue
@@ -530,19 +536,29 @@ class Relay:
                     continue
         raise RelayError(TRACK_DOES_NOT_EXIST, "track not found on any relay")
 
-    async def _run_upstream(self, ns: Namespace, track: bytes, live: _Live) -> None:
+    async def _ensure_upstream(self, ns: Namespace, track: bytes, live: _Live) -> None:
+        if live.ready is not None:
+            await asyncio.shield(live.ready)
+            return
+        ready = live.ready = asyncio.get_running_loop().create_future()
         try:
             up = await self._resolve(ns, track)
-        except RelayError as exc:
-            live.upstream = None
-            self._fail((ns, track), live, exc)
-            return
+            events = await up.subscribe(ns, track)
+        except BaseException as exc:
+            err = exc if isinstance(exc, RelayError) else RelayError(INTERNAL_ERROR, repr(exc))
+            ready.set_exception(err)
+            ready.exception()  # retrieved: concurrent openers re-raise it themselves
+            self._fail((ns, track), live, err)
+            raise err from None
         self.upstream_subscriptions += 1
-        await self._pump(ns, track, up, live)
+        ready.set_result(None)
+        live.upstream = asyncio.create_task(self._pump(ns, track, events, live))
 
-    async def _pump(self, ns: Namespace, track: bytes, up: Upstream, live: _Live) -> None:
+    async def _pump(
+        self, ns: Namespace, track: bytes, events: AsyncIterator[TrackEvent], live: _Live
+    ) -> None:
         try:
-            async for ev in up.subscribe(ns, track):
+            async for ev in events:
                 if isinstance(ev, ObjectReceived):
                     if not self.cache.knows(ns, track, ev.group_id, ev.obj.object_id):
                         self.upstream_bytes += ev.obj.size
@@ -571,6 +587,7 @@ class Relay:
             q.put_nowait(exc)
         if self._live.get(key) is live and not live.local:
             del self._live[key]
+        live.upstream = None
         for gkey in [k for k in self._group_waiters if k[:2] == key]:
             for fut in self._group_waiters.pop(gkey):
                 if not fut.done():
@@ -591,7 +608,7 @@ class Relay:
         up = await self._resolve(ns, track)
         self.upstream_fetches += 1
         got = False
-        async for g, obj in up.fetch(ns, track, (gid, 0), (gid, 0)):
+        async for g, obj in await up.fetch(ns, track, (gid, 0), (gid, 0)):
             if g != gid:
                 continue
             got = True
@@ -625,6 +642,64 @@ class Relay:
                     )
                 else:
                     await self.directory.remove_groups(self.node_id, ns, track, [gid])
+
+
+class TrackSubscription:
+    """One downstream subscription (from :meth:`Relay.open_subscription`): an async iterator
+    of :class:`TrackEvent`; raises :class:`RelayError` if the upstream fails."""
+
+    def __init__(
+        self,
+        relay: Relay,
+        key: tuple[Namespace, bytes],
+        live: _Live | None,
+        queue: asyncio.Queue[TrackEvent | RelayError],
+        snapshot: list[TrackEvent],
+        start_group: int,
+        largest: tuple[int, int] | None,
+    ) -> None:
+        self._relay = relay
+        self._key = key
+        self._live = live
+        self._queue = queue
+        self._pending = list(reversed(snapshot))
+        self._start_group = start_group
+        self._done = False
+        self.largest = largest
+        """Largest location cached when the subscription opened (for SUBSCRIBE_OK)."""
+
+    def __aiter__(self) -> TrackSubscription:
+        return self
+
+    async def __anext__(self) -> TrackEvent:
+        if self._pending:
+            ev = self._pending.pop()
+        elif self._done or self._live is None:
+            raise StopAsyncIteration
+        else:
+            while True:
+                item = await self._queue.get()
+                if isinstance(item, RelayError):
+                    self.close()
+                    raise item
+                gid = item.group_id if not isinstance(item, TrackEnded) else self._start_group
+                if gid >= self._start_group:
+                    ev = item
+                    break
+        self._relay._count(ev)
+        if isinstance(ev, TrackEnded):
+            self.close()
+            self._pending.clear()
+            self._done = True
+        return ev
+
+    def close(self) -> None:
+        """Leave the track (the upstream stops when its last subscriber leaves)."""
+        self._done = True
+        if self._live is not None:
+            self._live.queues.discard(self._queue)
+            self._relay._maybe_stop_upstream(self._key, self._live)
+            self._live = None
 
 
 def hashes_of(mapping: Mapping[int, bytes] | None) -> dict[int, bytes]:

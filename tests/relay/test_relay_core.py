@@ -41,8 +41,16 @@ class DirectUpstream:
         self, namespace: tuple[bytes, ...], track: bytes
     ) -> AsyncIterator[TrackEvent]:
         self.subscribes += 1
-        async for ev in self.peer.subscribe(namespace, track):
-            yield ev
+        sub = await self.peer.open_subscription(namespace, track)
+
+        async def events() -> AsyncIterator[TrackEvent]:
+            try:
+                async for ev in sub:
+                    yield ev
+            finally:
+                sub.close()
+
+        return events()
 
     async def fetch(
         self,
@@ -52,8 +60,13 @@ class DirectUpstream:
         end: tuple[int, int],
     ) -> AsyncIterator[tuple[int, CachedObject]]:
         self.fetches += 1
-        for item in await self.peer.fetch(namespace, track, start, end):
-            yield item
+        items = await self.peer.fetch(namespace, track, start, end)
+
+        async def gen() -> AsyncIterator[tuple[int, CachedObject]]:
+            for item in items:
+                yield item
+
+        return gen()
 
 
 def group(gid: int, n: int = 3, size: int = 1000) -> list[CachedObject]:
