@@ -37,7 +37,7 @@ from .errors import (
     UnknownAuthTokenAlias,
 )
 from .framer import encode_control
-from .messages import AuthToken, Location, Message, MessageParameters, RequestsBlocked
+from .messages import AuthToken, Location, Message, Parameters, RequestsBlocked
 from .messages import MaxRequestId as MaxRequestIdMessage
 from .state import (
     FETCH_PUBLISHER,
@@ -277,6 +277,28 @@ class SessionCore:
         if not self._issued(rid):
             raise ProtocolViolation(f"{what} names request id {rid}, which never existed")
 
+    def _drop_subscriber(self, rec: SubscriberRecord) -> None:
+        self._subs_out.pop(rec.request_id, None)
+        self._lingering.pop(rec.request_id, None)
+        self._retire_alias(rec.track_alias)
+        if not self._is_ours(rec.request_id):
+            self._peer_request_done(rec.request_id)
+
+    def _drop_publisher(self, rec: PublisherRecord) -> None:
+        self._subs_in.pop(rec.request_id, None)
+        if rec.track_alias is not None and self._alias_out.get(rec.track_alias) == rec.request_id:
+            del self._alias_out[rec.track_alias]
+        if not self._is_ours(rec.request_id):
+            self._peer_request_done(rec.request_id)
+
+    def _check_subscriber_done(self, rec: SubscriberRecord) -> None:
+        """Close a DONE subscription once every counted data stream has come and gone."""
+        if rec.machine.state is not SubscriberSubState.DONE or rec.open_streams:
+            return
+        if rec.expected_streams is not None and rec.streams_seen >= rec.expected_streams:
+            rec.machine.apply(SubscriberSubInput.STREAMS_COMPLETE)
+            self._drop_subscriber(rec)
+
     # Hooks implemented by the data-plane mixin (declared here so every mixin sees them).
 
     def _alias_known(self, alias: int, out: list[MoqtEvent]) -> None:
@@ -285,6 +307,14 @@ class SessionCore:
 
     def _cancel_publisher_streams(self, rec: PublisherRecord) -> None:
         """Reset every open subgroup stream of a subscription we publish."""
+        raise NotImplementedError
+
+    def _stop_data_stream(self, stream_id: int) -> None:
+        """STOP_SENDING a data stream we receive and drop whatever else arrives on it."""
+        raise NotImplementedError
+
+    def _reset_data_stream_quietly(self, stream_id: int, error_code: int) -> None:
+        """RESET a data stream we send; later writes to it are dropped silently."""
         raise NotImplementedError
 
     # ---------------------------------------------------------------- request ids
@@ -370,7 +400,7 @@ class SessionCore:
 
     # ---------------------------------------------------------------- tokens
 
-    def _tokens(self, params: MessageParameters | None) -> tuple[AuthToken, ...]:
+    def _tokens(self, params: Parameters | None) -> tuple[AuthToken, ...]:
         """Decode the AUTHORIZATION TOKEN parameters and apply alias operations.
 
         Returns the tokens in effect for the request: USE_VALUE and REGISTER tokens as sent,

@@ -344,28 +344,6 @@ class SubscriptionsMixin(SessionCore):
             raise LocalProtocolError(f"track alias {track_alias} already in use")
         return track_alias
 
-    def _drop_subscriber(self, rec: SubscriberRecord) -> None:
-        self._subs_out.pop(rec.request_id, None)
-        self._lingering.pop(rec.request_id, None)
-        self._retire_alias(rec.track_alias)
-        if not self._is_ours(rec.request_id):
-            self._peer_request_done(rec.request_id)
-
-    def _drop_publisher(self, rec: PublisherRecord) -> None:
-        self._subs_in.pop(rec.request_id, None)
-        if rec.track_alias is not None and self._alias_out.get(rec.track_alias) == rec.request_id:
-            del self._alias_out[rec.track_alias]
-        if not self._is_ours(rec.request_id):
-            self._peer_request_done(rec.request_id)
-
-    def _check_subscriber_done(self, rec: SubscriberRecord) -> None:
-        """Close a DONE subscription once every counted data stream has come and gone."""
-        if rec.machine.state is not SubscriberSubState.DONE or rec.open_streams:
-            return
-        if rec.expected_streams is not None and rec.streams_seen >= rec.expected_streams:
-            rec.machine.apply(SubscriberSubInput.STREAMS_COMPLETE)
-            self._drop_subscriber(rec)
-
     # ------------------------------------------------------------ handlers: subscriber side
 
     def _on_subscribe_ok(self, msg: SubscribeOk, out: list[MoqtEvent]) -> None:

@@ -1,0 +1,416 @@
+"""The MoQT draft-14 session: a sans-I/O state machine layered on an aioquic ``QuicConnection``.
+
+Shape (STYLE rules 1-2, after aioquic's ``H3Connection``): the session owns no socket, task or
+clock. The application (or :mod:`.aio`) feeds every ``QuicEvent`` of the connection to
+:meth:`MoqtSession.handle_event` together with ``now``, gets back a list of
+:mod:`.events`, and calls commands (``subscribe``, ``accept_subscribe``, ``open_subgroup``,
+...) that only *buffer* bytes on the ``QuicConnection``; transmitting is the caller's job, as it
+is with aioquic. ``get_timer``/``handle_timer`` drive the few timeouts (data parked for unknown
+track aliases, GOAWAY, PUBLISH_DONE lingering).
+
+Layers: :mod:`.framer` and :mod:`.data` turn bytes into messages and objects; the lifecycles
+live in the transition tables of :mod:`.state`; this class routes QUIC events to handlers in
+:mod:`.session_subscribe` (SUBSCRIBE/PUBLISH), :mod:`.session_requests` (FETCH, namespaces,
+TRACK_STATUS) and :mod:`.session_data` (data plane), which share :mod:`.session_core`.
+
+Errors: :meth:`handle_event` is the single entry point for peer input and catches every
+:class:`~ray_kvmoq.moqt.errors.MoqtError`: it closes the QUIC connection with
+``exc.error_code`` and returns :class:`SessionTerminated`. Commands raise
+:class:`~ray_kvmoq.moqt.errors.LocalProtocolError` on misuse and never close the session.
+
+Invariants:
+
+* Exactly one :class:`SessionTerminated` is reported per session; afterwards every event is
+  ignored and every command raises LocalProtocolError.
+* The control stream is the first client-initiated bidirectional stream; any other
+  bidirectional stream, or the control stream ending or being reset, is a PROTOCOL_VIOLATION
+  (d14 §3.3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from aioquic.quic.connection import QuicConnection
+from aioquic.quic.events import (
+    ConnectionTerminated,
+    DatagramFrameReceived,
+    QuicEvent,
+    StopSendingReceived,
+    StreamDataReceived,
+    StreamReset,
+)
+
+from .errors import (
+    GoawayTimeout,
+    LocalProtocolError,
+    MalformedAuthority,
+    MalformedPath,
+    MoqtError,
+    ProtocolViolation,
+    VersionNegotiationFailed,
+)
+from .events import (
+    GoawayReceived,
+    MaxRequestIdRaised,
+    MoqtEvent,
+    RequestsBlockedReceived,
+    SessionTerminated,
+    SetupCompleted,
+)
+from .framer import ControlStreamParser
+from .messages import (
+    ClientSetup,
+    Fetch,
+    FetchCancel,
+    FetchError,
+    FetchOk,
+    Goaway,
+    MaxRequestId,
+    Message,
+    Publish,
+    PublishDone,
+    PublishError,
+    PublishNamespace,
+    PublishNamespaceCancel,
+    PublishNamespaceDone,
+    PublishNamespaceError,
+    PublishNamespaceOk,
+    PublishOk,
+    RequestsBlocked,
+    ServerSetup,
+    SetupParameters,
+    Subscribe,
+    SubscribeError,
+    SubscribeNamespace,
+    SubscribeNamespaceError,
+    SubscribeNamespaceOk,
+    SubscribeOk,
+    SubscribeUpdate,
+    TrackStatus,
+    TrackStatusError,
+    TrackStatusOk,
+    Unsubscribe,
+    UnsubscribeNamespace,
+)
+from .session_core import SessionConfig
+from .session_data import DataMixin, OutgoingObject
+from .session_requests import RequestsMixin
+from .session_subscribe import SubscriptionsMixin
+from .state import SessionInput, SubscriberSubInput
+from .types import DRAFT_14, SessionError
+
+__all__ = ["MoqtSession", "OutgoingObject", "SessionConfig"]
+
+SUPPORTED_VERSIONS: tuple[int, ...] = (DRAFT_14,)
+"""Versions offered in CLIENT_SETUP / accepted from it, most preferred first."""
+
+
+class MoqtSession(SubscriptionsMixin, RequestsMixin, DataMixin):
+    """One MoQT session over one aioquic ``QuicConnection`` (client or server role).
+
+    Usage: create it right after the QUIC connection (client: call :meth:`setup`), pass every
+    QUIC event to :meth:`handle_event`, act on the returned events, and transmit after each
+    call. See the module docstring for the error model.
+    """
+
+    def __init__(
+        self, quic: QuicConnection, *, is_client: bool, config: SessionConfig | None = None
+    ) -> None:
+        super().__init__(quic, is_client=is_client, config=config or SessionConfig())
+        self._init_data()
+        self._control_parser = ControlStreamParser(allow_empty_namespace_prefix=True)
+        self._handlers: dict[type, Callable[[Any, list[MoqtEvent]], None]] = {
+            cls: getattr(self, name) for cls, name in _HANDLERS.items()
+        }
+
+    # ------------------------------------------------------------ entry points
+
+    def handle_event(self, event: QuicEvent, now: float = 0.0) -> list[MoqtEvent]:
+        """Process one QUIC event; returns the MoQT events it produced.
+
+        Peer protocol errors close the session here (QUIC CONNECTION_CLOSE with the MoQT
+        error code) and come back as a final :class:`SessionTerminated`.
+        """
+        if self._terminated:
+            return []
+        self._now = now
+        out: list[MoqtEvent] = []
+        try:
+            if isinstance(event, StreamDataReceived):
+                self._on_stream_data(event, out)
+            elif isinstance(event, DatagramFrameReceived):
+                self._on_datagram(event.data, out)
+            elif isinstance(event, StreamReset):
+                self._on_stream_reset(event, out)
+            elif isinstance(event, StopSendingReceived):
+                if event.stream_id == self._control_stream_id:
+                    raise ProtocolViolation("peer sent STOP_SENDING on the control stream")
+                self._on_stop_sending(event.stream_id)
+            elif isinstance(event, ConnectionTerminated):
+                self._on_connection_terminated(event, out)
+                return out
+            self._run_timers(now)
+        except MoqtError as exc:
+            out.append(self._fail(exc.error_code, exc.reason or type(exc).__name__))
+        return out
+
+    def get_timer(self) -> float | None:
+        """The next time :meth:`handle_timer` must be called (None: no timer pending)."""
+        if self._terminated:
+            return None
+        times = [t for t in (self._goaway_deadline, self._parked_deadline()) if t is not None]
+        times.extend(self._lingering.values())
+        return min(times) if times else None
+
+    def handle_timer(self, now: float) -> list[MoqtEvent]:
+        """Run expired timers; may fail the session (GOAWAY_TIMEOUT, unknown aliases)."""
+        if self._terminated:
+            return []
+        self._now = now
+        try:
+            self._run_timers(now)
+        except MoqtError as exc:
+            return [self._fail(exc.error_code, exc.reason)]
+        return []
+
+    # ------------------------------------------------------------ session commands
+
+    def setup(self) -> int:
+        """Client: open the control stream and send CLIENT_SETUP; returns the stream id."""
+        if not self._is_client:
+            raise LocalProtocolError("only the client sends CLIENT_SETUP")
+        self._session.apply(SessionInput.SEND_CLIENT_SETUP)
+        self._control_stream_id = self._quic.get_next_available_stream_id(is_unidirectional=False)
+        cfg = self._config
+        self._send(
+            ClientSetup(
+                versions=SUPPORTED_VERSIONS,
+                parameters=SetupParameters.build(
+                    path=cfg.path,
+                    authority=cfg.authority,
+                    max_request_id=self._granted,
+                    max_auth_token_cache_size=cfg.max_auth_token_cache_size or None,
+                    implementation=cfg.implementation,
+                    auth_tokens=cfg.auth_tokens,
+                ),
+            )
+        )
+        return self._control_stream_id
+
+    def goaway(self, new_session_uri: bytes = b"") -> None:
+        """Ask the peer to move to a new session (GOAWAY). Clients must send an empty URI."""
+        if self._is_client and new_session_uri:
+            raise LocalProtocolError("a client's GOAWAY carries no new session URI (d14 §9.4)")
+        self._session.apply(SessionInput.SEND_GOAWAY)
+        self._send(Goaway(new_session_uri=new_session_uri))
+        if self._config.goaway_timeout is not None:
+            self._goaway_deadline = self._now + self._config.goaway_timeout
+
+    def raise_max_request_id(self, max_request_id: int) -> None:
+        """Let the peer use request ids below ``max_request_id`` (MAX_REQUEST_ID)."""
+        self._grant(max_request_id)
+
+    def close(self, error_code: int = SessionError.NO_ERROR, reason: str = "") -> list[MoqtEvent]:
+        """Close the session (QUIC CONNECTION_CLOSE with ``error_code``).
+
+        Returns the :class:`SessionTerminated` event (empty if already terminated).
+        """
+        if self._terminated:
+            return []
+        return [self._fail(error_code, reason)]
+
+    @property
+    def terminated(self) -> bool:
+        """True once the session has ended (either side)."""
+        return self._terminated
+
+    # ------------------------------------------------------------ QUIC event routing
+
+    def _on_stream_data(self, event: StreamDataReceived, out: list[MoqtEvent]) -> None:
+        sid = event.stream_id
+        if sid & 0x2:
+            if bool(sid & 0x1) == (not self._is_client):
+                return  # our own unidirectional stream: nothing to receive
+            if self._session.allows(SessionInput.RECV_DATA):
+                self._session.apply(SessionInput.RECV_DATA)
+            self._on_data_stream(sid, event.data, event.end_stream, out)
+            return
+        if self._control_stream_id is None and not self._is_client and not sid & 0x1:
+            self._control_stream_id = sid
+        if sid != self._control_stream_id:
+            raise ProtocolViolation(f"unexpected bidirectional stream {sid}")
+        for msg in self._control_parser.feed(event.data, fin=event.end_stream):
+            self._dispatch(msg, out)
+        if event.end_stream:
+            raise ProtocolViolation("peer closed the control stream")
+
+    def _on_stream_reset(self, event: StreamReset, out: list[MoqtEvent]) -> None:
+        if not event.stream_id & 0x2:
+            raise ProtocolViolation(f"peer reset bidirectional stream {event.stream_id}")
+        self._on_data_stream_reset(event.stream_id, event.error_code, out)
+
+    def _on_connection_terminated(self, event: ConnectionTerminated, out: list[MoqtEvent]) -> None:
+        self._terminated = True
+        self._session.apply(SessionInput.TERMINATED)
+        out.append(
+            SessionTerminated(error_code=event.error_code, reason=event.reason_phrase, by_peer=True)
+        )
+
+    def _fail(self, error_code: int, reason: str) -> SessionTerminated:
+        self._terminated = True
+        self._session.apply(SessionInput.SEND_CLOSE)
+        self._quic.close(error_code=int(error_code), reason_phrase=reason)
+        return SessionTerminated(error_code=int(error_code), reason=reason, by_peer=False)
+
+    def _run_timers(self, now: float) -> None:
+        if self._goaway_deadline is not None and now >= self._goaway_deadline:
+            raise GoawayTimeout("peer did not close the session after GOAWAY")
+        if self._parked_by_alias:
+            self._check_parked(now)
+        for rid, deadline in list(self._lingering.items()):
+            if now >= deadline:
+                rec = self._subs_out.get(rid)
+                self._lingering.pop(rid, None)
+                if rec is not None:
+                    rec.machine.apply(SubscriberSubInput.STREAMS_COMPLETE)
+                    self._drop_subscriber(rec)
+
+    def _dispatch(self, msg: Message, out: list[MoqtEvent]) -> None:
+        if type(msg) not in _REQUESTS and type(msg) not in _SESSION_LEVEL:
+            self._session.apply(SessionInput.RECV_CONTROL)
+        self._handlers[type(msg)](msg, out)
+
+    # ------------------------------------------------------------ session-level messages
+
+    def _on_client_setup(self, msg: ClientSetup, out: list[MoqtEvent]) -> None:
+        self._session.apply(SessionInput.RECV_CLIENT_SETUP)
+        version = next((v for v in SUPPORTED_VERSIONS if v in msg.versions), None)
+        if version is None:
+            offered = ", ".join(f"{v:#x}" for v in msg.versions)
+            raise VersionNegotiationFailed(f"no common version in CLIENT_SETUP ({offered})")
+        params = msg.parameters
+        _check_path(params.path)
+        _check_authority(params.authority)
+        tokens = self._tokens(params)
+        self._set_peer_limit(params.max_request_id)
+        self._version = version
+        cfg = self._config
+        self._send(
+            ServerSetup(
+                selected_version=version,
+                parameters=SetupParameters.build(
+                    max_request_id=self._granted,
+                    max_auth_token_cache_size=cfg.max_auth_token_cache_size or None,
+                    implementation=cfg.implementation,
+                    auth_tokens=cfg.auth_tokens,
+                ),
+            )
+        )
+        self._session.apply(SessionInput.SEND_SERVER_SETUP)
+        out.append(self._setup_completed(params, tokens))
+
+    def _on_server_setup(self, msg: ServerSetup, out: list[MoqtEvent]) -> None:
+        self._session.apply(SessionInput.RECV_SERVER_SETUP)
+        if msg.selected_version not in SUPPORTED_VERSIONS:
+            raise VersionNegotiationFailed(
+                f"server selected version {msg.selected_version:#x}, which we did not offer"
+            )
+        self._version = msg.selected_version
+        tokens = self._tokens(msg.parameters)
+        self._set_peer_limit(msg.parameters.max_request_id)
+        out.append(self._setup_completed(msg.parameters, tokens))
+
+    def _setup_completed(self, params: SetupParameters, tokens: tuple[Any, ...]) -> SetupCompleted:
+        return SetupCompleted(
+            version=self._version,
+            parameters=params,
+            peer_max_request_id=self._peer_limit,
+            path=params.path,
+            authority=params.authority,
+            auth_tokens=tokens,
+            implementation=params.implementation,
+        )
+
+    def _set_peer_limit(self, value: int | None) -> None:
+        if value is not None:
+            self._peer_limit = value
+            self._peer_limit_known = True
+
+    def _on_goaway(self, msg: Goaway, out: list[MoqtEvent]) -> None:
+        self._session.apply(SessionInput.RECV_GOAWAY)
+        if not self._is_client and msg.new_session_uri:
+            raise ProtocolViolation("a client's GOAWAY must not carry a new session URI")
+        out.append(GoawayReceived(new_session_uri=msg.new_session_uri))
+
+    def _on_max_request_id(self, msg: MaxRequestId, out: list[MoqtEvent]) -> None:
+        if self._peer_limit_known and msg.max_request_id <= self._peer_limit:
+            raise ProtocolViolation(
+                f"MAX_REQUEST_ID {msg.max_request_id} does not exceed {self._peer_limit}"
+            )
+        self._peer_limit = msg.max_request_id
+        self._peer_limit_known = True
+        out.append(MaxRequestIdRaised(max_request_id=msg.max_request_id))
+
+    def _on_requests_blocked(self, msg: RequestsBlocked, out: list[MoqtEvent]) -> None:
+        out.append(RequestsBlockedReceived(max_request_id=msg.max_request_id))
+
+
+def _check_path(path: bytes | None) -> None:
+    """PATH must be ``path-abempty [ "?" query ]`` (d14 §9.3.2.1)."""
+    if path and (not path.startswith(b"/") or any(c <= 0x20 or c >= 0x7F for c in path)):
+        raise MalformedPath(f"malformed PATH {path[:64]!r}")
+
+
+def _check_authority(authority: bytes | None) -> None:
+    """AUTHORITY must be ``host [ ":" port ]`` (d14 §9.3.2.2)."""
+    if authority is None:
+        return
+    if not authority or any(c in b"/?#@ " or c < 0x20 or c >= 0x7F for c in authority):
+        raise MalformedAuthority(f"malformed AUTHORITY {authority[:64]!r}")
+
+
+_HANDLERS: dict[type, str] = {
+    ClientSetup: "_on_client_setup",
+    ServerSetup: "_on_server_setup",
+    Goaway: "_on_goaway",
+    MaxRequestId: "_on_max_request_id",
+    RequestsBlocked: "_on_requests_blocked",
+    Subscribe: "_on_subscribe",
+    SubscribeOk: "_on_subscribe_ok",
+    SubscribeError: "_on_subscribe_error",
+    SubscribeUpdate: "_on_subscribe_update",
+    Unsubscribe: "_on_unsubscribe",
+    PublishDone: "_on_publish_done",
+    Publish: "_on_publish",
+    PublishOk: "_on_publish_ok",
+    PublishError: "_on_publish_error",
+    Fetch: "_on_fetch",
+    FetchOk: "_on_fetch_ok",
+    FetchError: "_on_fetch_error",
+    FetchCancel: "_on_fetch_cancel",
+    TrackStatus: "_on_track_status",
+    TrackStatusOk: "_on_track_status_ok",
+    TrackStatusError: "_on_track_status_error",
+    PublishNamespace: "_on_publish_namespace",
+    PublishNamespaceOk: "_on_publish_namespace_ok",
+    PublishNamespaceError: "_on_publish_namespace_error",
+    PublishNamespaceDone: "_on_publish_namespace_done",
+    PublishNamespaceCancel: "_on_publish_namespace_cancel",
+    SubscribeNamespace: "_on_subscribe_namespace",
+    SubscribeNamespaceOk: "_on_subscribe_namespace_ok",
+    SubscribeNamespaceError: "_on_subscribe_namespace_error",
+    UnsubscribeNamespace: "_on_unsubscribe_namespace",
+}
+"""Handler method of every control message type."""
+
+_REQUESTS = frozenset(
+    {Subscribe, SubscribeUpdate, Fetch, Publish, PublishNamespace, SubscribeNamespace, TrackStatus}
+)
+"""Messages that open a request (their handlers validate the request id, d14 §9.1)."""
+
+_SESSION_LEVEL = frozenset({ClientSetup, ServerSetup, Goaway})
+"""Messages whose handlers drive the session table themselves."""
+
+assert set(_HANDLERS) >= _REQUESTS | _SESSION_LEVEL

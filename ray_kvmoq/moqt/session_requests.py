@@ -1,0 +1,636 @@
+"""FETCH, namespace and TRACK_STATUS requests of a MoQT session (d14 §9.16-§9.31).
+
+Like :mod:`.session_subscribe`: application commands plus the handlers for the same messages
+from the peer, every step checked by a table from :mod:`.state`.
+
+Invariants:
+
+* A joining FETCH names a subscription we publish; it must use the LargestObject filter
+  (else PROTOCOL_VIOLATION, d14 §9.16.2). An unknown joining id gets FETCH_ERROR
+  INVALID_JOINING_REQUEST_ID and a subscription accepted without content gets INVALID_RANGE,
+  both answered by the session itself. Otherwise the range is resolved from the Largest
+  Location we gave in ``accept_subscribe`` (None while that SUBSCRIBE is unanswered).
+* Namespaces are keyed by request id; PUBLISH_NAMESPACE_DONE / _CANCEL and
+  UNSUBSCRIBE_NAMESPACE name a namespace (d14), and act on every live record with it. One
+  naming a namespace we do not know is ignored (it may cross an error or cancel on the wire).
+"""
+
+from __future__ import annotations
+
+from .errors import LocalProtocolError, ProtocolViolation
+from .events import (
+    FetchAccepted,
+    FetchCancelled,
+    FetchRejected,
+    FetchRequested,
+    MoqtEvent,
+    PublishNamespaceAccepted,
+    PublishNamespaceCancelled,
+    PublishNamespaceDone,
+    PublishNamespaceRejected,
+    PublishNamespaceRequested,
+    SubscribeNamespaceAccepted,
+    SubscribeNamespaceRejected,
+    SubscribeNamespaceRequested,
+    TrackStatusReceived,
+    TrackStatusRejected,
+    TrackStatusRequested,
+    UnsubscribedNamespace,
+)
+from .framer import encode_control
+from .messages import (
+    AuthToken,
+    Fetch,
+    FetchCancel,
+    FetchError,
+    FetchOk,
+    Location,
+    MessageParameters,
+    PublishNamespace,
+    PublishNamespaceCancel,
+    PublishNamespaceError,
+    PublishNamespaceOk,
+    SubscribeNamespace,
+    SubscribeNamespaceError,
+    SubscribeNamespaceOk,
+    TrackStatus,
+    TrackStatusError,
+    TrackStatusOk,
+    UnsubscribeNamespace,
+)
+from .messages import (
+    PublishNamespaceDone as PublishNamespaceDoneMsg,
+)
+from .session_core import FetchRecord, NamespaceRecord, SessionCore
+from .session_subscribe import with_tokens
+from .state import FetchInput, FetchState, NamespaceInput, TrackStatusInput
+from .types import FetchErrorCode, FetchType, FilterType, GroupOrder, StreamResetCode
+
+__all__ = ["RequestsMixin"]
+
+_NO_PARAMS = MessageParameters()
+
+
+class RequestsMixin(SessionCore):
+    """FETCH, PUBLISH_NAMESPACE, SUBSCRIBE_NAMESPACE and TRACK_STATUS (module docstring)."""
+
+    # ------------------------------------------------------------ FETCH: commands
+
+    def fetch(
+        self,
+        track_namespace: tuple[bytes, ...],
+        track_name: bytes,
+        *,
+        start: Location,
+        end: Location,
+        subscriber_priority: int = 128,
+        group_order: GroupOrder = GroupOrder.PUBLISHER_DEFAULT,
+        parameters: MessageParameters | None = None,
+        auth_tokens: tuple[AuthToken, ...] = (),
+    ) -> int:
+        """Send a standalone FETCH of ``[start, end)``; ``end.object == 0`` = all of group."""
+        rid = self._start_request(
+            lambda rid: Fetch(
+                request_id=rid,
+                fetch_type=FetchType.STANDALONE,
+                subscriber_priority=subscriber_priority,
+                group_order=group_order,
+                track_namespace=track_namespace,
+                track_name=track_name,
+                start=start,
+                end=end,
+                parameters=with_tokens(parameters, auth_tokens),
+            )
+        )
+        self._fetch_out[rid] = self._new_fetch(rid, serving=False)
+        return rid
+
+    def joining_fetch(
+        self,
+        subscription_request_id: int,
+        joining_start: int = 0,
+        *,
+        absolute: bool = False,
+        subscriber_priority: int = 128,
+        group_order: GroupOrder = GroupOrder.PUBLISHER_DEFAULT,
+        parameters: MessageParameters | None = None,
+        auth_tokens: tuple[AuthToken, ...] = (),
+    ) -> int:
+        """Send a joining FETCH for our LargestObject subscription ``subscription_request_id``.
+
+        Relative (default): ``joining_start`` groups before the subscription's Largest group;
+        ``absolute``: from group ``joining_start``.
+        """
+        sub = self._subs_out.get(subscription_request_id)
+        if sub is None:
+            raise LocalProtocolError(f"no subscription with request id {subscription_request_id}")
+        if sub.filter_type is not FilterType.LARGEST_OBJECT:
+            raise LocalProtocolError("joining FETCH needs a LargestObject subscription")
+        kind = FetchType.ABSOLUTE_JOINING if absolute else FetchType.RELATIVE_JOINING
+        rid = self._start_request(
+            lambda rid: Fetch(
+                request_id=rid,
+                fetch_type=kind,
+                subscriber_priority=subscriber_priority,
+                group_order=group_order,
+                joining_request_id=subscription_request_id,
+                joining_start=joining_start,
+                parameters=with_tokens(parameters, auth_tokens),
+            )
+        )
+        self._fetch_out[rid] = self._new_fetch(rid, serving=False)
+        return rid
+
+    def fetch_cancel(self, request_id: int) -> None:
+        """Abandon our fetch (FETCH_CANCEL); its stream, if any, is stopped."""
+        rec = self._fetch_rec(self._fetch_out, request_id)
+        state = rec.machine.apply(FetchInput.SEND_CANCEL)
+        self._send_control(FetchCancel(request_id=request_id))
+        if rec.stream_id is not None:
+            self._stop_data_stream(rec.stream_id)
+        if state is FetchState.CLOSED:
+            self._fetch_out.pop(request_id, None)
+
+    def accept_fetch(
+        self,
+        request_id: int,
+        *,
+        end: Location,
+        end_of_track: bool = False,
+        group_order: GroupOrder = GroupOrder.ASCENDING,
+        parameters: MessageParameters | None = None,
+    ) -> None:
+        """Answer the peer's FETCH with FETCH_OK; ``end`` is the end location plus one."""
+        rec = self._fetch_rec(self._fetch_in, request_id)
+        data = encode_control(
+            FetchOk(
+                request_id=request_id,
+                group_order=group_order,
+                end_of_track=end_of_track,
+                end=end,
+                parameters=parameters if parameters is not None else _NO_PARAMS,
+            )
+        )
+        self._serve_fetch_step(rec, FetchInput.SEND_FETCH_OK, data)
+
+    def reject_fetch(self, request_id: int, error_code: int, reason: str = "") -> None:
+        """Answer the peer's FETCH with FETCH_ERROR (reset its stream first if one is open)."""
+        rec = self._fetch_rec(self._fetch_in, request_id)
+        data = encode_control(
+            FetchError(request_id=request_id, error_code=error_code, reason=reason)
+        )
+        if rec.stream_id is not None and rec.machine.state is FetchState.PENDING_STREAMING:
+            self._reset_data_stream_quietly(rec.stream_id, StreamResetCode.INTERNAL_ERROR)
+        self._serve_fetch_step(rec, FetchInput.SEND_FETCH_ERROR, data)
+
+    def _serve_fetch_step(self, rec: FetchRecord, inp: FetchInput, data: bytes) -> None:
+        state = rec.machine.apply(inp)
+        self._send_raw_control(data)
+        if state is FetchState.CLOSED:
+            self._drop_served_fetch(rec)
+
+    def _drop_served_fetch(self, rec: FetchRecord) -> None:
+        self._fetch_in.pop(rec.request_id, None)
+        self._peer_request_done(rec.request_id)
+
+    def _fetch_rec(self, table: dict[int, FetchRecord], request_id: int) -> FetchRecord:
+        rec = table.get(request_id)
+        if rec is None:
+            raise LocalProtocolError(f"no fetch with request id {request_id}")
+        return rec
+
+    # ------------------------------------------------------------ FETCH: handlers
+
+    def _on_fetch(self, msg: Fetch, out: list[MoqtEvent]) -> None:
+        self._accept_peer_request_id(msg.request_id)
+        tokens = self._tokens(msg.parameters)
+        rec = self._new_fetch(msg.request_id, serving=True)
+        self._fetch_in[msg.request_id] = rec
+        ns, name, start, end = msg.track_namespace, msg.track_name, msg.start, msg.end
+        if msg.is_joining:
+            sub = self._subs_in.get(msg.joining_request_id or 0)
+            if sub is None or msg.joining_request_id is None:
+                self.reject_fetch(
+                    msg.request_id, FetchErrorCode.INVALID_JOINING_REQUEST_ID, "no such subscribe"
+                )
+                return
+            if sub.filter_type is not FilterType.LARGEST_OBJECT:
+                raise ProtocolViolation(
+                    "joining FETCH for a subscription that is not LargestObject"
+                )
+            ns, name = sub.track_namespace, sub.track_name
+            if sub.accepted and sub.largest is None:
+                self.reject_fetch(msg.request_id, FetchErrorCode.INVALID_RANGE, "no content")
+                return
+            if sub.largest is not None:
+                start, end = _joining_range(msg, sub.largest)
+        out.append(
+            FetchRequested(
+                request_id=msg.request_id,
+                fetch_type=msg.fetch_type,
+                subscriber_priority=msg.subscriber_priority,
+                group_order=msg.group_order,
+                track_namespace=ns,
+                track_name=name,
+                start=start,
+                end=end,
+                joining_request_id=msg.joining_request_id,
+                joining_start=msg.joining_start,
+                parameters=msg.parameters,
+                auth_tokens=tokens,
+            )
+        )
+
+    def _on_fetch_ok(self, msg: FetchOk, out: list[MoqtEvent]) -> None:
+        rec = self._lookup(self._fetch_out, msg.request_id, "FETCH_OK")
+        was_cancelled = rec.machine.state is FetchState.CANCELLED
+        if rec.machine.apply(FetchInput.RECV_FETCH_OK) is FetchState.CLOSED:
+            self._fetch_out.pop(msg.request_id, None)
+        if not was_cancelled:
+            out.append(
+                FetchAccepted(
+                    request_id=msg.request_id,
+                    group_order=msg.group_order,
+                    end_of_track=msg.end_of_track,
+                    end=msg.end,
+                    parameters=msg.parameters,
+                )
+            )
+
+    def _on_fetch_error(self, msg: FetchError, out: list[MoqtEvent]) -> None:
+        rec = self._lookup(self._fetch_out, msg.request_id, "FETCH_ERROR")
+        was_cancelled = rec.machine.state is FetchState.CANCELLED
+        rec.machine.apply(FetchInput.RECV_FETCH_ERROR)
+        self._fetch_out.pop(msg.request_id, None)
+        if rec.stream_id is not None:
+            self._stop_data_stream(rec.stream_id)
+        if not was_cancelled:
+            out.append(
+                FetchRejected(
+                    request_id=msg.request_id, error_code=msg.error_code, reason=msg.reason
+                )
+            )
+
+    def _on_fetch_cancel(self, msg: FetchCancel, out: list[MoqtEvent]) -> None:
+        rec = self._fetch_in.get(msg.request_id)
+        if rec is None:
+            self._unknown_reference(msg.request_id, "FETCH_CANCEL")
+            return
+        rec.machine.apply(FetchInput.RECV_CANCEL)
+        if rec.stream_id is not None:
+            self._reset_data_stream_quietly(rec.stream_id, StreamResetCode.CANCELLED)
+        self._drop_served_fetch(rec)
+        out.append(FetchCancelled(request_id=msg.request_id))
+
+    # ------------------------------------------------------------ namespaces: commands
+
+    def publish_namespace(
+        self,
+        track_namespace: tuple[bytes, ...],
+        *,
+        parameters: MessageParameters | None = None,
+        auth_tokens: tuple[AuthToken, ...] = (),
+    ) -> int:
+        """Announce a namespace (PUBLISH_NAMESPACE); returns its request id."""
+        rid = self._start_request(
+            lambda rid: PublishNamespace(
+                request_id=rid,
+                track_namespace=track_namespace,
+                parameters=with_tokens(parameters, auth_tokens),
+            )
+        )
+        self._pubns_out[rid] = self._new_namespace(rid, track_namespace, responder=False)
+        return rid
+
+    def accept_publish_namespace(self, request_id: int) -> None:
+        """Answer the peer's PUBLISH_NAMESPACE with PUBLISH_NAMESPACE_OK."""
+        rec = self._ns_rec(self._pubns_in, request_id)
+        self._ns_step(rec, NamespaceInput.SEND_OK, PublishNamespaceOk(request_id=request_id))
+
+    def reject_publish_namespace(self, request_id: int, error_code: int, reason: str = "") -> None:
+        """Answer the peer's PUBLISH_NAMESPACE with PUBLISH_NAMESPACE_ERROR."""
+        rec = self._ns_rec(self._pubns_in, request_id)
+        msg = PublishNamespaceError(request_id=request_id, error_code=error_code, reason=reason)
+        self._ns_step(rec, NamespaceInput.SEND_ERROR, msg)
+        self._drop_ns(self._pubns_in, rec)
+
+    def publish_namespace_done(self, track_namespace: tuple[bytes, ...]) -> None:
+        """Withdraw a namespace we announced (PUBLISH_NAMESPACE_DONE)."""
+        recs = self._ns_matching(self._pubns_out, track_namespace)
+        for rec in recs:
+            rec.machine.apply(NamespaceInput.SEND_DONE)
+        self._send_control(PublishNamespaceDoneMsg(track_namespace=track_namespace))
+        for rec in recs:
+            self._drop_ns(self._pubns_out, rec)
+
+    def publish_namespace_cancel(
+        self, track_namespace: tuple[bytes, ...], error_code: int, reason: str = ""
+    ) -> None:
+        """Stop accepting a namespace the peer announced (PUBLISH_NAMESPACE_CANCEL)."""
+        recs = self._ns_matching(self._pubns_in, track_namespace)
+        for rec in recs:
+            rec.machine.apply(NamespaceInput.SEND_CANCEL)
+        self._send_control(
+            PublishNamespaceCancel(
+                track_namespace=track_namespace, error_code=error_code, reason=reason
+            )
+        )
+        for rec in recs:
+            self._drop_ns(self._pubns_in, rec)
+
+    def subscribe_namespace(
+        self,
+        track_namespace_prefix: tuple[bytes, ...],
+        *,
+        parameters: MessageParameters | None = None,
+        auth_tokens: tuple[AuthToken, ...] = (),
+    ) -> int:
+        """Ask for namespaces under a prefix (SUBSCRIBE_NAMESPACE); returns its request id."""
+        rid = self._start_request(
+            lambda rid: SubscribeNamespace(
+                request_id=rid,
+                track_namespace_prefix=track_namespace_prefix,
+                parameters=with_tokens(parameters, auth_tokens),
+            )
+        )
+        self._subns_out[rid] = self._new_namespace(rid, track_namespace_prefix, responder=False)
+        return rid
+
+    def accept_subscribe_namespace(self, request_id: int) -> None:
+        """Answer the peer's SUBSCRIBE_NAMESPACE with SUBSCRIBE_NAMESPACE_OK."""
+        rec = self._ns_rec(self._subns_in, request_id)
+        self._ns_step(rec, NamespaceInput.SEND_OK, SubscribeNamespaceOk(request_id=request_id))
+
+    def reject_subscribe_namespace(
+        self, request_id: int, error_code: int, reason: str = ""
+    ) -> None:
+        """Answer the peer's SUBSCRIBE_NAMESPACE with SUBSCRIBE_NAMESPACE_ERROR."""
+        rec = self._ns_rec(self._subns_in, request_id)
+        msg = SubscribeNamespaceError(request_id=request_id, error_code=error_code, reason=reason)
+        self._ns_step(rec, NamespaceInput.SEND_ERROR, msg)
+        self._drop_ns(self._subns_in, rec)
+
+    def unsubscribe_namespace(self, track_namespace_prefix: tuple[bytes, ...]) -> None:
+        """End our namespace subscription for a prefix (UNSUBSCRIBE_NAMESPACE)."""
+        recs = self._ns_matching(self._subns_out, track_namespace_prefix)
+        for rec in recs:
+            rec.machine.apply(NamespaceInput.SEND_DONE)
+        self._send_control(UnsubscribeNamespace(track_namespace_prefix=track_namespace_prefix))
+        for rec in recs:
+            self._drop_ns(self._subns_out, rec)
+
+    def _ns_rec(self, table: dict[int, NamespaceRecord], request_id: int) -> NamespaceRecord:
+        rec = table.get(request_id)
+        if rec is None:
+            raise LocalProtocolError(f"no namespace request with id {request_id}")
+        return rec
+
+    def _ns_step(
+        self,
+        rec: NamespaceRecord,
+        inp: NamespaceInput,
+        msg: PublishNamespaceOk
+        | PublishNamespaceError
+        | SubscribeNamespaceOk
+        | SubscribeNamespaceError,
+    ) -> None:
+        data = encode_control(msg)
+        rec.machine.apply(inp)
+        self._send_raw_control(data)
+
+    def _ns_matching(
+        self, table: dict[int, NamespaceRecord], namespace: tuple[bytes, ...]
+    ) -> list[NamespaceRecord]:
+        recs = [r for r in table.values() if r.namespace == namespace]
+        if not recs:
+            raise LocalProtocolError(f"no namespace request for {namespace!r}")
+        return recs
+
+    def _drop_ns(self, table: dict[int, NamespaceRecord], rec: NamespaceRecord) -> None:
+        table.pop(rec.request_id, None)
+        if not self._is_ours(rec.request_id):
+            self._peer_request_done(rec.request_id)
+
+    # ------------------------------------------------------------ namespaces: handlers
+
+    def _on_publish_namespace(self, msg: PublishNamespace, out: list[MoqtEvent]) -> None:
+        self._accept_peer_request_id(msg.request_id)
+        tokens = self._tokens(msg.parameters)
+        self._pubns_in[msg.request_id] = self._new_namespace(
+            msg.request_id, msg.track_namespace, responder=True
+        )
+        out.append(
+            PublishNamespaceRequested(
+                request_id=msg.request_id,
+                track_namespace=msg.track_namespace,
+                parameters=msg.parameters,
+                auth_tokens=tokens,
+            )
+        )
+
+    def _on_publish_namespace_ok(self, msg: PublishNamespaceOk, out: list[MoqtEvent]) -> None:
+        rec = self._lookup(self._pubns_out, msg.request_id, "PUBLISH_NAMESPACE_OK")
+        rec.machine.apply(NamespaceInput.RECV_OK)
+        out.append(
+            PublishNamespaceAccepted(request_id=msg.request_id, track_namespace=rec.namespace)
+        )
+
+    def _on_publish_namespace_error(self, msg: PublishNamespaceError, out: list[MoqtEvent]) -> None:
+        rec = self._lookup(self._pubns_out, msg.request_id, "PUBLISH_NAMESPACE_ERROR")
+        rec.machine.apply(NamespaceInput.RECV_ERROR)
+        self._drop_ns(self._pubns_out, rec)
+        out.append(
+            PublishNamespaceRejected(
+                request_id=msg.request_id,
+                track_namespace=rec.namespace,
+                error_code=msg.error_code,
+                reason=msg.reason,
+            )
+        )
+
+    def _on_publish_namespace_done(
+        self, msg: PublishNamespaceDoneMsg, out: list[MoqtEvent]
+    ) -> None:
+        recs = [r for r in self._pubns_in.values() if r.namespace == msg.track_namespace]
+        for rec in recs:
+            rec.machine.apply(NamespaceInput.RECV_DONE)
+            self._drop_ns(self._pubns_in, rec)
+        if recs:
+            out.append(
+                PublishNamespaceDone(
+                    track_namespace=msg.track_namespace,
+                    request_ids=tuple(r.request_id for r in recs),
+                )
+            )
+
+    def _on_publish_namespace_cancel(
+        self, msg: PublishNamespaceCancel, out: list[MoqtEvent]
+    ) -> None:
+        recs = [r for r in self._pubns_out.values() if r.namespace == msg.track_namespace]
+        for rec in recs:
+            rec.machine.apply(NamespaceInput.RECV_CANCEL)
+            self._drop_ns(self._pubns_out, rec)
+        if recs:
+            out.append(
+                PublishNamespaceCancelled(
+                    track_namespace=msg.track_namespace,
+                    request_ids=tuple(r.request_id for r in recs),
+                    error_code=msg.error_code,
+                    reason=msg.reason,
+                )
+            )
+
+    def _on_subscribe_namespace(self, msg: SubscribeNamespace, out: list[MoqtEvent]) -> None:
+        self._accept_peer_request_id(msg.request_id)
+        tokens = self._tokens(msg.parameters)
+        self._subns_in[msg.request_id] = self._new_namespace(
+            msg.request_id, msg.track_namespace_prefix, responder=True
+        )
+        out.append(
+            SubscribeNamespaceRequested(
+                request_id=msg.request_id,
+                track_namespace_prefix=msg.track_namespace_prefix,
+                parameters=msg.parameters,
+                auth_tokens=tokens,
+            )
+        )
+
+    def _on_subscribe_namespace_ok(self, msg: SubscribeNamespaceOk, out: list[MoqtEvent]) -> None:
+        rec = self._lookup(self._subns_out, msg.request_id, "SUBSCRIBE_NAMESPACE_OK")
+        rec.machine.apply(NamespaceInput.RECV_OK)
+        out.append(
+            SubscribeNamespaceAccepted(
+                request_id=msg.request_id, track_namespace_prefix=rec.namespace
+            )
+        )
+
+    def _on_subscribe_namespace_error(
+        self, msg: SubscribeNamespaceError, out: list[MoqtEvent]
+    ) -> None:
+        rec = self._lookup(self._subns_out, msg.request_id, "SUBSCRIBE_NAMESPACE_ERROR")
+        rec.machine.apply(NamespaceInput.RECV_ERROR)
+        self._drop_ns(self._subns_out, rec)
+        out.append(
+            SubscribeNamespaceRejected(
+                request_id=msg.request_id,
+                track_namespace_prefix=rec.namespace,
+                error_code=msg.error_code,
+                reason=msg.reason,
+            )
+        )
+
+    def _on_unsubscribe_namespace(self, msg: UnsubscribeNamespace, out: list[MoqtEvent]) -> None:
+        prefix = msg.track_namespace_prefix
+        recs = [r for r in self._subns_in.values() if r.namespace == prefix]
+        for rec in recs:
+            rec.machine.apply(NamespaceInput.RECV_DONE)
+            self._drop_ns(self._subns_in, rec)
+        if recs:
+            out.append(
+                UnsubscribedNamespace(
+                    track_namespace_prefix=prefix, request_ids=tuple(r.request_id for r in recs)
+                )
+            )
+
+    # ------------------------------------------------------------ TRACK_STATUS
+
+    def track_status(
+        self,
+        track_namespace: tuple[bytes, ...],
+        track_name: bytes,
+        *,
+        parameters: MessageParameters | None = None,
+        auth_tokens: tuple[AuthToken, ...] = (),
+    ) -> int:
+        """Ask for a track's status (TRACK_STATUS); returns its request id."""
+        rid = self._start_request(
+            lambda rid: TrackStatus(
+                request_id=rid,
+                track_namespace=track_namespace,
+                track_name=track_name,
+                parameters=with_tokens(parameters, auth_tokens),
+            )
+        )
+        self._ts_out[rid] = self._new_track_status(rid, responder=False)
+        return rid
+
+    def track_status_ok(
+        self,
+        request_id: int,
+        *,
+        largest: Location | None = None,
+        expires: int = 0,
+        group_order: GroupOrder = GroupOrder.ASCENDING,
+        parameters: MessageParameters | None = None,
+    ) -> None:
+        """Answer the peer's TRACK_STATUS with TRACK_STATUS_OK."""
+        msg = TrackStatusOk(
+            request_id=request_id,
+            expires=expires,
+            group_order=group_order,
+            largest=largest,
+            parameters=parameters if parameters is not None else _NO_PARAMS,
+        )
+        self._answer_track_status(request_id, TrackStatusInput.SEND_OK, encode_control(msg))
+
+    def track_status_error(self, request_id: int, error_code: int, reason: str = "") -> None:
+        """Answer the peer's TRACK_STATUS with TRACK_STATUS_ERROR."""
+        msg = TrackStatusError(request_id=request_id, error_code=error_code, reason=reason)
+        self._answer_track_status(request_id, TrackStatusInput.SEND_ERROR, encode_control(msg))
+
+    def _answer_track_status(self, request_id: int, inp: TrackStatusInput, data: bytes) -> None:
+        rec = self._ts_in.get(request_id)
+        if rec is None:
+            raise LocalProtocolError(f"no track status request with id {request_id}")
+        rec.machine.apply(inp)
+        self._send_raw_control(data)
+        del self._ts_in[request_id]
+        self._peer_request_done(request_id)
+
+    def _on_track_status(self, msg: TrackStatus, out: list[MoqtEvent]) -> None:
+        self._accept_peer_request_id(msg.request_id)
+        tokens = self._tokens(msg.parameters)
+        self._ts_in[msg.request_id] = self._new_track_status(msg.request_id, responder=True)
+        out.append(
+            TrackStatusRequested(
+                request_id=msg.request_id,
+                track_namespace=msg.track_namespace,
+                track_name=msg.track_name,
+                parameters=msg.parameters,
+                auth_tokens=tokens,
+            )
+        )
+
+    def _on_track_status_ok(self, msg: TrackStatusOk, out: list[MoqtEvent]) -> None:
+        rec = self._lookup(self._ts_out, msg.request_id, "TRACK_STATUS_OK")
+        rec.machine.apply(TrackStatusInput.RECV_OK)
+        del self._ts_out[msg.request_id]
+        out.append(
+            TrackStatusReceived(
+                request_id=msg.request_id,
+                expires=msg.expires,
+                group_order=msg.group_order,
+                largest=msg.largest,
+                parameters=msg.parameters,
+            )
+        )
+
+    def _on_track_status_error(self, msg: TrackStatusError, out: list[MoqtEvent]) -> None:
+        rec = self._lookup(self._ts_out, msg.request_id, "TRACK_STATUS_ERROR")
+        rec.machine.apply(TrackStatusInput.RECV_ERROR)
+        del self._ts_out[msg.request_id]
+        out.append(
+            TrackStatusRejected(
+                request_id=msg.request_id, error_code=msg.error_code, reason=msg.reason
+            )
+        )
+
+
+def _joining_range(msg: Fetch, largest: Location) -> tuple[Location, Location]:
+    """Start and end of a joining fetch from the subscription's Largest (d14 §9.16.2)."""
+    joining_start = msg.joining_start or 0
+    if msg.fetch_type is FetchType.RELATIVE_JOINING:
+        start = Location(max(0, largest.group - joining_start), 0)
+    else:
+        start = Location(joining_start, 0)
+    return start, largest.next_object()
