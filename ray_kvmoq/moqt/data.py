@@ -387,6 +387,11 @@ class DataStreamParser:
         self._finished = False
 
     @property
+    def buffered(self) -> int:
+        """Bytes held for an incomplete object (header bytes plus partial payload)."""
+        return len(self._buf) + sum(len(p) for p in self._parts)
+
+    @property
     def header(self) -> SubgroupHeaderParsed | FetchHeaderParsed | None:
         """The stream header once parsed."""
         return self._header
