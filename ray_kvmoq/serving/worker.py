@@ -1,0 +1,275 @@
+"""The replica logic, without Ray: prefill with prefix reuse and live publishing, and decode.
+
+STYLE rule 9: the Serve deployments (``deployments.py``) only wrap :class:`ReplicaCore`, which is
+tested directly with an engine and a :class:`~.kvplane.KVPlane`.
+
+Prefill (:meth:`ReplicaCore.prefill_kv`):
+1. plan with the cost model which leading chunks to take from this node, which to pull from
+   another node, and how many tokens to compute (at least the last one);
+2. fetch them (a fetch that fails, is late or corrupt returns fewer chunks: recompute the rest);
+3. compute the rest one chunk at a time on 128-token boundaries, publishing each group the
+   moment it is done, so a decode replica subscribed to the live track overlaps its transfer
+   with the remaining prefill. Full chunks are indexed by their chained hash for later prompts.
+
+Computing chunk by chunk is also what makes reuse exact: chunk k is always computed from the KV
+of chunks 0..k-1 with the same shapes, whether that KV was just computed or fetched (BF16/FP16
+tracks are lossless for a bf16/fp16 engine), so greedy outputs with and without reuse agree.
+
+Decode (:meth:`ReplicaCore.decode_tokens`): hand the prompt and its whole KV to the engine, which
+recomputes only the last prompt token and then generates; tokens stream out as they come. Engine
+calls run in worker threads (the engine serialises forward passes with its own lock), so the
+replica's event loop keeps serving other requests and routing-stats polls.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ray_kvmoq.engine.aio import AsyncEngine
+from ray_kvmoq.engine.engine import Engine
+from ray_kvmoq.engine.kv import KVCache
+from ray_kvmoq.engine.sampling import SamplingParams
+from ray_kvmoq.kvcache.naming import kv_namespace
+
+from .costmodel import CostFigures, load_figures, plan_prefix, reusable_chunks
+from .jobs import DoneEvent, Event, Job, KVStats, TokenEvent
+from .kvplane import KVPlane, Namespace
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrefillOutcome:
+    """The whole prompt's KV after prefill, and how it was obtained."""
+
+    kv: KVCache
+    """KV of every prompt token (positions 0..T-1)."""
+    stats: KVStats
+    """Reuse and transfer accounting."""
+
+
+class ReplicaCore:
+    """Prefill and decode for one replica (one engine, one node's KV plane)."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        kv: KVPlane,
+        *,
+        node_id: str = "local",
+        kv_timeout_s: float = 10.0,
+        figures: CostFigures | None = None,
+    ) -> None:
+        self.aengine = engine
+        self.engine: Engine = engine.engine
+        self.kv = kv
+        self.node_id = node_id
+        self.kv_timeout_s = kv_timeout_s
+        self.figures = figures or load_figures()
+        self.chunk = engine.engine.config.chunk_size
+        self.ongoing = 0
+        """Requests in progress on this replica (reported to the router)."""
+
+    # ---- naming ------------------------------------------------------------------------------
+
+    def namespace(self, job: Job) -> Namespace:
+        """The KV track namespace of ``job``'s prompt."""
+        return kv_namespace(self.engine.model_name, job.prompt_id)
+
+    def routing_stats(self, limit: int) -> dict[str, Any]:
+        """What the router reads: node, queue length, chunk hashes held on this node."""
+        return {
+            "node_id": self.node_id,
+            "queue_len": self.ongoing,
+            "held": self.kv.held_hashes(limit),
+        }
+
+    # ---- prefill -----------------------------------------------------------------------------
+
+    async def prefill_kv(self, job: Job, *, publish: bool) -> PrefillOutcome:
+        """Run prefill for ``job`` (see the module docstring); publish groups if ``publish``."""
+        tokens = list(job.tokens)
+        ns = self.namespace(job)
+        stats = KVStats(prefill_node=self.node_id)
+        prefix: KVCache | None = None
+        if job.reuse and job.hashes:
+            prefix, stats = await self._fetch_prefix(job, stats)
+            if prefix is not None and publish:
+                # Decode reads this prompt's own track: re-publish the reused groups under it.
+                for g, arr in enumerate(prefix.chunks()):
+                    await self.kv.publish(ns, g, arr, job.hashes[g])
+        start = prefix.length if prefix is not None else 0
+        parts = [prefix] if prefix is not None else []
+        done = prefix
+        for s in range(start, len(tokens), self.chunk):
+            end = min(s + self.chunk, len(tokens))
+            res = await self.aengine.prefill(tokens[:end], done)
+            part = res.kv
+            parts.append(part)
+            done = KVCache.cat(parts) if len(parts) > 1 else part
+            parts = [done]
+            if publish:
+                g = s // self.chunk
+                h = job.hashes[g] if job.reuse and g < len(job.hashes) else None
+                for arr in part.chunks():
+                    await self.kv.publish(ns, g, arr, h)
+        assert done is not None  # a prompt has at least one token
+        return PrefillOutcome(kv=done, stats=stats)
+
+    async def _fetch_prefix(self, job: Job, stats: KVStats) -> tuple[KVCache | None, KVStats]:
+        limit = reusable_chunks(len(job.tokens), self.chunk)
+        hashes = list(job.hashes[:limit])
+        if not hashes:
+            return None, stats
+        local, avail = await self.kv.locate(hashes)
+        plan = plan_prefix(
+            self.figures,
+            prompt_tokens=len(job.tokens),
+            local_chunks=local,
+            available_chunks=avail,
+            chunk_tokens=self.chunk,
+            allow_remote=self.kv.supports_remote,
+        )
+        if not plan.reused_chunks:
+            return None, stats
+        got = await self.kv.fetch_prefix(hashes, plan.reused_chunks, timeout_s=self.kv_timeout_s)
+        fallbacks = tuple(got.fallbacks)
+        if len(got.chunks) < plan.reused_chunks and not fallbacks:
+            fallbacks = ("evicted",)
+        chunks = self._valid(got.chunks)
+        if len(chunks) < len(got.chunks):
+            fallbacks += ("shape",)
+        n_local = min(got.local, len(chunks))
+        stats = KVStats(
+            reused_local=n_local * self.chunk,
+            reused_remote=(len(chunks) - n_local) * self.chunk,
+            bytes_zero_copy=got.bytes_zero_copy,
+            bytes_moqt=got.bytes_moqt,
+            fallbacks=fallbacks,
+            prefill_node=self.node_id,
+        )
+        if not chunks:
+            return None, stats
+        return KVCache.from_chunks(chunks, chunk_size=self.chunk), stats
+
+    def _valid(self, chunks: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """The leading chunks whose geometry matches the engine (anything else is recomputed)."""
+        c = self.engine.config
+        want = (c.num_layers, 2, c.num_kv_heads, self.chunk, c.head_dim)
+        out = []
+        for arr in chunks:
+            if tuple(arr.shape) != want:
+                break
+            out.append(arr)
+        return out
+
+    # ---- decode ------------------------------------------------------------------------------
+
+    async def decode_tokens(self, job: Job, kv: KVCache | None) -> AsyncIterator[Event]:
+        """Generate after the prompt whose KV is ``kv`` (None: compute it all); stream events.
+
+        The engine batches this request with the replica's other active ones.
+        """
+        params = SamplingParams(
+            max_tokens=job.max_tokens,
+            temperature=job.temperature,
+            top_p=job.top_p,
+            seed=job.seed,
+            ignore_eos=job.ignore_eos,
+        )
+        reason = "length"
+        error: str | None = None
+        stream = self.aengine.stream(
+            list(job.tokens), params, request_id=job.request_id, prefix_kv=kv
+        )
+        try:
+            async for out in stream:
+                if out.token_id is not None:
+                    yield TokenEvent(ids=(out.token_id,))
+                if out.finished:
+                    reason = out.finish_reason or "stop"
+                    error = out.error
+        finally:
+            await stream.aclose()  # type: ignore[attr-defined]
+        yield DoneEvent(finish_reason=reason, error=error)
+
+    async def pull_kv(self, job: Job, kv_node: str) -> tuple[KVCache | None, KVStats]:
+        """The prompt's KV from its (possibly live) track on ``kv_node``, through this node.
+
+        Returns the leading groups that arrived in time (None if none did); what is missing
+        is recomputed by decode, and the reason is in the stats' ``fallbacks``.
+        """
+        n_groups = -(-len(job.tokens) // self.chunk)
+        got: list[np.ndarray] = []
+        fallbacks: tuple[str, ...] = ()
+        nbytes = 0
+        try:
+            async for g, arr in self.kv.track(
+                self.namespace(job), n_groups, source_node=kv_node, timeout_s=self.kv_timeout_s
+            ):
+                if g != len(got):
+                    break
+                got.append(arr)
+                nbytes += arr.nbytes
+        except Exception as exc:  # relay gone, session reset, corrupt payload: recompute
+            fallbacks = (_reason(exc),)
+        valid = self._valid(got[:-1]) if len(got) == n_groups else self._valid(got)
+        if len(got) == n_groups and len(valid) == n_groups - 1:
+            valid.append(got[-1])
+        if len(valid) < n_groups and not fallbacks:
+            fallbacks = ("timeout",) if len(got) == len(valid) else ("shape",)
+        remote = kv_node != self.node_id
+        stats = KVStats(
+            bytes_moqt=nbytes if remote else 0,
+            bytes_zero_copy=0 if remote else nbytes,
+            fallbacks=fallbacks,
+            decode_node=self.node_id,
+        )
+        if not valid:
+            return None, stats
+        return KVCache.from_chunks(valid, chunk_size=self.chunk), stats
+
+    async def pull_and_decode(self, job: Job, kv_node: str) -> AsyncIterator[Event]:
+        """PD decode: pull the prompt's KV through this node's relay, then generate."""
+        self.ongoing += 1
+        try:
+            kv, stats = await self.pull_kv(job, kv_node)
+            async for ev in self.decode_tokens(job, kv):
+                if isinstance(ev, DoneEvent):
+                    ev = DoneEvent(finish_reason=ev.finish_reason, stats=stats, error=ev.error)
+                yield ev
+        finally:
+            self.ongoing -= 1
+
+    # ---- combined mode -----------------------------------------------------------------------
+
+    async def generate(self, job: Job) -> AsyncIterator[Event]:
+        """Prefill (with local reuse, publishing to this node) then decode, in one replica."""
+        self.ongoing += 1
+        t0 = time.perf_counter()
+        try:
+            pre = await self.prefill_kv(job, publish=job.reuse)
+            stats = pre.stats
+            async for ev in self.decode_tokens(job, pre.kv):
+                if isinstance(ev, DoneEvent):
+                    ev = DoneEvent(
+                        finish_reason=ev.finish_reason,
+                        stats=stats.merged(KVStats(decode_node=self.node_id)),
+                    )
+                yield ev
+        finally:
+            self.ongoing -= 1
+            self.last_request_s = time.perf_counter() - t0
+
+
+def _reason(exc: BaseException) -> str:
+    """A short fallback reason for metrics (``digest``, ``timeout`` or ``error``)."""
+    name = type(exc).__name__.lower()
+    if "digest" in name or "integrity" in name or "payload" in name:
+        return "digest"
+    if isinstance(exc, TimeoutError) or "timeout" in name:
+        return "timeout"
+    return "error"
