@@ -153,21 +153,83 @@ async def _quic_pub_async(port: int, work: Workload, variant: Variant, tls: dict
             await proto.drain(0)
 
 
+# --------------------------------------------------------------------------- full MoQT stack
+# The subscriber process listens; the publisher connects, announces the namespace and serves
+# the SUBSCRIBE the subscriber sends back on the same session (a client that publishes).
+
+_NAMESPACE = "bench/transport"
+_TRACK = "kv"
+
+
+async def _moqt_sub_async(conn: Any, work: Workload, variant: Variant, tls: dict[str, Any]) -> None:
+    from ray_kvmoq.moqt import api
+
+    state = {"got": 0, "start": 0.0, "end": 0.0}
+    done = asyncio.Event()
+
+    class Sink(api.SessionHandler):
+        async def on_publish_namespace(
+            self, session: api.MoqtConnection, request: api.NamespaceRequest
+        ) -> None:
+            asyncio.get_running_loop().create_task(self._pull(session))
+
+        async def _pull(self, session: api.MoqtConnection) -> None:
+            sub = await session.subscribe(_NAMESPACE, _TRACK)
+            async for obj in sub:
+                if state["got"] == 0:
+                    state["start"] = time.perf_counter()
+                state["got"] += len(obj.payload)
+                if state["got"] >= work.total:
+                    state["end"] = time.perf_counter()
+                    done.set()
+
+    server = await api.serve(
+        "127.0.0.1", 0, transport=variant.transport(**tls), handler_factory=Sink
+    )
+    conn.send(server.port)
+    await done.wait()
+    conn.send((state["got"], state["end"] - state["start"]))
+    await asyncio.sleep(0.2)  # let the final ACKs out before the publisher's PUBLISH_DONE
+    server.close()
+
+
+async def _moqt_pub_async(port: int, work: Workload, variant: Variant, tls: dict[str, Any]) -> None:
+    from ray_kvmoq.moqt import api
+
+    payload = os.urandom(work.object_size)
+    track = api.MemoryTrack(max_groups=2)
+    handler = api.TrackServer({api.FullTrackName.parse(_NAMESPACE, _TRACK): track})
+    transport = variant.transport(**tls)
+    async with api.connect(f"moqt://127.0.0.1:{port}", transport=transport, handler=handler) as s:
+        await s.publish_namespace(_NAMESPACE)
+        await track.wait_subscribers(1, timeout=30)
+        objects = [payload] * OBJECTS_PER_GROUP
+        with contextlib.suppress(api.SessionClosed):
+            for group in range(work.groups):
+                await track.publish_group(group, objects)
+            await track.finish()
+            await s.wait_closed()
+
+
 # --------------------------------------------------------------------------- process plumbing
 
 
 def _sub_main(conn: Any, work: Workload, variant: Variant, tls: dict[str, Any]) -> None:
     if variant.path == "tcp":
         _tcp_sub(conn, work)
-    else:
+    elif variant.path == "quic":
         asyncio.run(_quic_sub_async(conn, work, variant, tls))
+    else:
+        asyncio.run(_moqt_sub_async(conn, work, variant, tls))
 
 
 def _pub_main(port: int, work: Workload, variant: Variant, tls: dict[str, Any]) -> None:
     if variant.path == "tcp":
         _tcp_pub(port, work)
-    else:
+    elif variant.path == "quic":
         asyncio.run(_quic_pub_async(port, work, variant, tls))
+    else:
+        asyncio.run(_moqt_pub_async(port, work, variant, tls))
 
 
 def run_variant(work: Workload, variant: Variant, *, timeout: float = 120.0) -> float:
@@ -213,6 +275,10 @@ LEVER_ROWS: tuple[Variant, ...] = (
     Variant(name="quic +batch +wide 60000 (paced)", path="quic", datagram=60000, pacing=True),
     Variant(name="quic +batch -pacing +wide 60000", path="quic", datagram=60000),
 )
+MOQT_ROWS: tuple[Variant, ...] = (
+    Variant(name="moqt 9000 B datagrams", path="moqt", datagram=9000),
+    Variant(name="moqt 60000 B datagrams", path="moqt", datagram=60000),
+)
 TCP_ROW = Variant(name="tcp", path="tcp")
 
 
@@ -235,7 +301,9 @@ def _groups_for(object_size: int, megabytes: int) -> int:
 @click.option("--raw-only", is_flag=True, help="Only raw QUIC and TCP rows (no MoQT stack).")
 def transport(as_json: bool, mb: int, sizes: str, levers: bool, raw_only: bool) -> None:
     """Throughput of MoQT/QUIC vs plain TCP between two processes on loopback."""
-    rows: list[Variant] = list(LEVER_ROWS)
+    rows: list[Variant] = [] if raw_only else list(MOQT_ROWS)
+    if levers or raw_only:
+        rows += LEVER_ROWS
     rows.append(TCP_ROW)
     results: list[dict[str, Any]] = []
     for size in [int(s) for s in sizes.split(",") if s]:
@@ -279,7 +347,7 @@ def _print_table(results: list[dict[str, Any]], summary: dict[str, Any]) -> None
     )
 
 
-__all__ = ["LEVER_ROWS", "Variant", "Workload", "run_variant", "transport"]
+__all__ = ["LEVER_ROWS", "MOQT_ROWS", "Variant", "Workload", "run_variant", "transport"]
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(transport())

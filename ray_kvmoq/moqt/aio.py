@@ -315,9 +315,26 @@ class FastQuicProtocol(QuicConnectionProtocol):
     # send path ------------------------------------------------------------------------------
 
     def transmit(self) -> None:
+        transport = self._transport
+        if transport is not None and transport.is_closing():
+            # The socket is gone (listener closed): keep the connection's timers running so it
+            # still reaches ConnectionTerminated, but drop what it wants to send.
+            self._transmit_task = None
+            self._quic.datagrams_to_send(now=self._loop.time())
+            self._rearm_timer()
+            return
         super().transmit()
         if self._drain_waiters:
             self._wake_drain_waiters()
+
+    def _rearm_timer(self) -> None:
+        timer_at = self._quic.get_timer()
+        if self._timer is not None and self._timer_at != timer_at:
+            self._timer.cancel()
+            self._timer = None
+        if self._timer is None and timer_at is not None:
+            self._timer = self._loop.call_at(timer_at, self._handle_timer)
+        self._timer_at = timer_at
 
     def transmit_soon(self) -> None:
         """Transmit at the end of this loop turn (coalesces many writes into one pass)."""
