@@ -230,9 +230,9 @@ class RelayActor:
         )
         listen = self._network_opts.pop("listen", True)
         if listen:
-            from . import network  # the MoQT side; imported late so the core stays Ray-testable
+            from .network import RelayNetwork  # MoQT side; late so the core stays Ray-testable
 
-            self._net = network.RelayNetwork(
+            self._net = RelayNetwork(
                 node_id=self.node_id, host=self.host, port=self.port, **self._network_opts
             )
         self.relay = Relay(
