@@ -199,14 +199,19 @@ class MoqtSession(SubscriptionsMixin, RequestsMixin, DataMixin):
         )
         return self._control_stream_id
 
-    def goaway(self, new_session_uri: bytes = b"") -> None:
-        """Ask the peer to move to a new session (GOAWAY). Clients must send an empty URI."""
+    def goaway(self, new_session_uri: bytes = b"", *, now: float | None = None) -> None:
+        """Ask the peer to move to a new session (GOAWAY). Clients must send an empty URI.
+
+        With ``SessionConfig.goaway_timeout`` the session closes with GOAWAY_TIMEOUT that long
+        after ``now`` (default: the time of the last event handled).
+        """
         if self._is_client and new_session_uri:
             raise LocalProtocolError("a client's GOAWAY carries no new session URI (d14 §9.4)")
         self._session.apply(SessionInput.SEND_GOAWAY)
         self._send(Goaway(new_session_uri=new_session_uri))
         if self._config.goaway_timeout is not None:
-            self._goaway_deadline = self._now + self._config.goaway_timeout
+            start = self._now if now is None else now
+            self._goaway_deadline = start + self._config.goaway_timeout
 
     def raise_max_request_id(self, max_request_id: int) -> None:
         """Let the peer use request ids below ``max_request_id`` (MAX_REQUEST_ID)."""

@@ -178,13 +178,13 @@ class SubscriptionsMixin(SessionCore):
         *,
         forward: bool = True,
         subscriber_priority: int = 128,
-        group_order: GroupOrder = GroupOrder.PUBLISHER_DEFAULT,
+        group_order: GroupOrder = GroupOrder.ASCENDING,
         filter_type: FilterType = FilterType.LARGEST_OBJECT,
         start: Location | None = None,
         end_group: int | None = None,
         parameters: MessageParameters | None = None,
     ) -> None:
-        """Accept the peer's PUBLISH (PUBLISH_OK)."""
+        """Accept the peer's PUBLISH (PUBLISH_OK); ``group_order`` must be 1 or 2 (d14 §9.14)."""
         rec = self._subscriber(request_id)
         msg = PublishOk(
             request_id=request_id,
