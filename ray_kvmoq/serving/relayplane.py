@@ -1,0 +1,237 @@
+"""The relay-backed :class:`~.kvplane.KVPlane`: KV chunks as draft-shi-moq-kvcache tracks on the
+node's ``RelayActor``.
+
+This is where KV meaning meets MoQT coordinates (DESIGN.md): a chunk becomes one group of the
+prompt's track ``(root, model, prompt id) / <codec>``, one object per token encoded by the
+track's codec, each object carrying its payload digest (``kvcache.integrity``); the group is
+indexed in the directory by the chunk's chained hash. Reading goes through this node's relay
+only: for a group held here the relay hands back an object-store ref (zero-copy), for one held
+elsewhere it pulls it once over MoQT from the peer relay and caches it.
+
+Failure rule: any error while locating, pulling, verifying or decoding ends the fetch there
+(``fallbacks`` names why); the caller recomputes what is missing. A relay that cannot be started
+makes :meth:`RelayKVPlane.for_this_node` fall back to a process-local plane.
+
+Never a blocking ``ray.get`` in ``async def``: every actor call is awaited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import numpy as np
+import ray
+
+from ray_kvmoq.kvcache.integrity import KV_DIGEST_EXTENSION, attach_digest, verify
+from ray_kvmoq.kvcache.layout import KVGeometry
+from ray_kvmoq.kvcache.registry import get_codec
+from ray_kvmoq.relay.actor import relay_name, start_relays
+from ray_kvmoq.relay.cache import CachedObject
+from ray_kvmoq.relay.packed import unpack_group
+
+from .kvplane import FetchResult, KVPlane, LocalKVPlane, Namespace, short_hash
+
+log = logging.getLogger(__name__)
+
+_RETRY_S = 0.05
+_MAX_TRACKED = 65536
+
+
+class RelayKVPlane(KVPlane):
+    """KV chunks through this node's relay (see the module docstring)."""
+
+    supports_remote = True
+    shared_across_processes = True
+
+    def __init__(self, relay: Any, node_id: str, *, codec: str = "BF16") -> None:
+        self.relay = relay
+        self.node_id = node_id
+        self.codec = get_codec(codec)
+        self.track_name = self.codec.track_name
+        # Chunk hashes this replica published or pulled (what its node now holds), newest last;
+        # the directory is the truth, this is only the routing-stats summary.
+        self._held: OrderedDict[bytes, None] = OrderedDict()
+
+    @classmethod
+    def for_this_node(cls, *, codec: str = "BF16", budget_bytes: int = 1 << 30) -> KVPlane:
+        """Find or start this node's relay (and the directory); a local plane if that fails."""
+        node_id = str(ray.get_runtime_context().get_node_id())
+        try:
+            handles = start_relays(node_ids=[node_id], budget_bytes=budget_bytes)
+            return cls(handles[node_id], node_id, codec=codec)
+        except Exception as exc:  # no relay: keep serving, reuse stays within this process
+            log.warning("relay on node %s unavailable (%s); using process-local KV", node_id, exc)
+            return LocalKVPlane(budget_bytes=budget_bytes)
+
+    # ---- control plane -------------------------------------------------------------------
+
+    def held_hashes(self, limit: int) -> list[str]:
+        """Short hashes this replica put on (or pulled to) its node, newest first."""
+        out = []
+        for h in reversed(self._held):
+            out.append(short_hash(h))
+            if len(out) >= limit:
+                break
+        return out
+
+    async def snapshot(self) -> dict[str, Any]:
+        """The relay's counters plus this replica's view."""
+        stats = await self.relay.stats.remote()
+        return {
+            "kind": "relay",
+            "node_id": self.node_id,
+            "relay": relay_name(self.node_id),
+            "track": self.track_name.decode(),
+            "chunks_indexed_here": len(self._held),
+            "relay_stats": dict(stats),
+        }
+
+    async def locate(self, hashes: Sequence[bytes]) -> tuple[int, int]:
+        """Leading chunks held on this node, and held anywhere (from the directory)."""
+        if not hashes:
+            return 0, 0
+        try:
+            chain = await self.relay.longest_prefix.remote(list(hashes))
+        except Exception:
+            return 0, 0
+        local = 0
+        for locs in chain:
+            if not any(loc.node_id == self.node_id for loc in locs):
+                break
+            local += 1
+        return local, len(chain)
+
+    # ---- data plane ----------------------------------------------------------------------
+
+    async def fetch_prefix(
+        self, hashes: Sequence[bytes], n: int, *, timeout_s: float
+    ) -> FetchResult:
+        """Chunks for ``hashes[:n]`` via the directory and this node's relay."""
+        res = FetchResult()
+        try:
+            chain = await asyncio.wait_for(
+                self.relay.longest_prefix.remote(list(hashes[:n])), timeout_s
+            )
+        except Exception as exc:
+            res.fallbacks.append(_reason(exc))
+            return res
+        deadline = time.monotonic() + timeout_s
+        for k, locs in enumerate(chain[:n]):
+            if not locs:
+                break
+            loc = next((x for x in locs if x.node_id == self.node_id), locs[0])
+            remaining = deadline - time.monotonic()
+            try:
+                if remaining <= 0:
+                    raise TimeoutError
+                arr, nbytes = await asyncio.wait_for(
+                    self._read_group(loc.namespace, loc.track, loc.group_id), remaining
+                )
+            except Exception as exc:
+                res.fallbacks.append(_reason(exc))
+                break
+            res.chunks.append(arr)
+            self._remember(hashes[k])
+            if loc.node_id == self.node_id:
+                res.local += 1
+                res.bytes_zero_copy += nbytes
+            else:
+                res.remote += 1
+                res.bytes_moqt += nbytes
+        return res
+
+    async def publish(
+        self, namespace: Namespace, group: int, chunk: np.ndarray, chunk_hash: bytes | None
+    ) -> None:
+        """Encode the chunk (one object per token, digest attached) and publish the group."""
+        payloads = await asyncio.to_thread(self.codec.encode_chunk, chunk)
+        objects = [
+            CachedObject(object_id=i, payload=p, extensions=(attach_digest(p),))
+            for i, p in enumerate(payloads)
+        ]
+        await self.relay.publish_group.remote(
+            namespace, self.track_name, group, objects, chunk_hash=chunk_hash
+        )
+        if chunk_hash is not None:
+            self._remember(chunk_hash)
+
+    async def track(
+        self, namespace: Namespace, n_groups: int, *, source_node: str | None, timeout_s: float
+    ) -> AsyncIterator[tuple[int, np.ndarray]]:
+        """Groups 0..n-1 of a live track, each read through this node's relay as it seals.
+
+        The track may not exist yet (prefill has not sealed group 0): keep asking until
+        ``timeout_s``. Each later group must arrive within ``timeout_s`` of the previous one.
+        """
+        for g in range(n_groups):
+            deadline = time.monotonic() + timeout_s
+            while True:
+                try:
+                    arr, _ = await asyncio.wait_for(
+                        self._read_group(namespace, self.track_name, g),
+                        max(0.01, deadline - time.monotonic()),
+                    )
+                    break
+                except TimeoutError:
+                    return
+                except Exception as exc:
+                    if time.monotonic() >= deadline or not _not_yet(exc):
+                        raise
+                    await asyncio.sleep(_RETRY_S)
+            yield g, arr
+
+    # ---- internals ---------------------------------------------------------------------------
+
+    async def _read_group(
+        self, namespace: Namespace, track: bytes, group: int
+    ) -> tuple[np.ndarray, int]:
+        ref = await self.relay.get_group_ref.remote(namespace, track, group)
+        packed = await ref
+        objects = unpack_group(packed)
+        payloads = []
+        for o in objects:
+            verify(o.payload, [(t, v) for t, v in o.extensions if t == KV_DIGEST_EXTENSION])
+            payloads.append(bytes(o.payload))
+        nbytes = sum(len(p) for p in payloads)
+        first = payloads[0] if payloads else b""
+        geo = _geometry(first)
+        arr = await asyncio.to_thread(
+            self.codec.decode_objects, payloads, geo, dtype=_out_dtype(self.track_name)
+        )
+        return arr, nbytes
+
+    def _remember(self, h: bytes) -> None:
+        self._held[h] = None
+        self._held.move_to_end(h)
+        while len(self._held) > _MAX_TRACKED:
+            self._held.popitem(last=False)
+
+
+def _geometry(payload: bytes) -> KVGeometry:
+    from ray_kvmoq.kvcache.layout import parse_header
+
+    return parse_header(payload).geometry
+
+
+def _out_dtype(track: bytes) -> Any:
+    return {b"BF16": "bf16", b"FP16": "float16"}.get(track, "float32")
+
+
+def _not_yet(exc: BaseException) -> bool:
+    """True for 'track/group not there yet' errors worth retrying while prefill runs."""
+    text = str(exc).lower()
+    return "not found" in text or "does not exist" in text or "no such" in text
+
+
+def _reason(exc: BaseException) -> str:
+    name = type(exc).__name__.lower()
+    if "digest" in name or "integrity" in name:
+        return "digest"
+    if isinstance(exc, TimeoutError) or "timeout" in name:
+        return "timeout"
+    return "error"
