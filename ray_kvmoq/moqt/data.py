@@ -322,7 +322,7 @@ def _read_status(raw: int) -> ObjectStatus:
     return status
 
 
-def parse_extensions(src: bytes | bytearray | memoryview, start: int, end: int) -> KeyValuePairs:
+def _parse_extensions(src: bytes | bytearray | memoryview, start: int, end: int) -> KeyValuePairs:
     """Parse a complete Extension Headers block ``src[start:end]``."""
     try:
         r = Reader(src, start, end)
@@ -546,7 +546,7 @@ class DataStreamParser:
             if ext_len:
                 if pos + ext_len > end:
                     raise NeedMoreData
-                extensions = parse_extensions(src, pos, pos + ext_len)
+                extensions = _parse_extensions(src, pos, pos + ext_len)
                 pos += ext_len
         payload_len, pos = decode_varint(src, pos)
         status = _NORMAL
