@@ -66,6 +66,7 @@ from ray_kvmoq.moqt.messages import (
 from ray_kvmoq.moqt.types import (
     DRAFT_14,
     MAX_VARINT,
+    DatagramType,
     DataStreamType,
     FetchType,
     FilterType,
@@ -348,9 +349,15 @@ def extension_lists(draw: Any) -> tuple:
     return draw(kvps(max_size=3))
 
 
+SUBGROUP_TYPES = [t for t in DataStreamType if t.is_subgroup]
+
+
 @st.composite
-def subgroup_streams(draw: Any) -> tuple[bytes, list[Any]]:
-    stream_type = draw(st.sampled_from([t for t in DataStreamType if t.is_subgroup]))
+def subgroup_streams(
+    draw: Any, stream_type: DataStreamType | None = None
+) -> tuple[bytes, list[Any]]:
+    if stream_type is None:
+        stream_type = draw(st.sampled_from(SUBGROUP_TYPES))
     alias, group, prio = draw(varints), draw(varints), draw(u8)
     mode = stream_type.subgroup_id_mode
     with_ext = stream_type.has_extensions
@@ -471,16 +478,16 @@ def test_data_stream_round_trip(stream: tuple[bytes, list[Any]], cuts: list[int]
     assert got == expected
 
 
-def test_every_subgroup_type_is_generated() -> None:
-    seen: set[DataStreamType] = set()
-
-    @settings(max_examples=200, deadline=None)
-    @given(subgroup_streams())
-    def collect(stream: tuple[bytes, list[Any]]) -> None:
-        seen.add(stream[1][0].stream_type)
-
-    collect()
-    assert seen == {t for t in DataStreamType if t.is_subgroup}
+@pytest.mark.parametrize("stream_type", SUBGROUP_TYPES, ids=[t.name for t in SUBGROUP_TYPES])
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_each_subgroup_type_round_trip(stream_type: DataStreamType, data: st.DataObject) -> None:
+    wire, expected = data.draw(subgroup_streams(stream_type))
+    assert wire[0] == stream_type
+    parser = DataStreamParser()
+    cuts = data.draw(st.lists(st.integers(0, len(wire)), max_size=4))
+    got = [e for chunk in _chunked(wire, cuts) for e in parser.feed(chunk)]
+    assert got + parser.feed(b"", fin=True) == expected
 
 
 @st.composite
@@ -512,6 +519,38 @@ def datagrams(draw: Any) -> ObjectDatagram:
 def test_datagram_round_trip(dgram: ObjectDatagram) -> None:
     wire = encode_datagram(dgram, version=DRAFT_14)
     assert wire[0] == dgram.datagram_type
+    assert decode_datagram(wire, version=DRAFT_14) == dgram
+
+
+@st.composite
+def datagrams_of_type(draw: Any, dtype: DatagramType) -> ObjectDatagram:
+    ext = draw(extension_lists().filter(bool)) if dtype.has_extensions else ()
+    common = {
+        "track_alias": draw(varints),
+        "group": draw(varints),
+        "publisher_priority": draw(u8),
+        "extensions": ext,
+    }
+    if dtype.is_status:
+        statuses = [s for s in ObjectStatus if not (ext and s is ObjectStatus.DOES_NOT_EXIST)]
+        status = draw(st.sampled_from(statuses))
+        return ObjectDatagram(object_id=draw(varints), status=status, **common)
+    object_id = draw(st.integers(1, MAX_VARINT)) if dtype.has_object_id else 0
+    return ObjectDatagram(
+        object_id=object_id,
+        payload=draw(st.binary(max_size=300)),
+        end_of_group=dtype.end_of_group,
+        **common,
+    )
+
+
+@pytest.mark.parametrize("dtype", list(DatagramType), ids=[t.name for t in DatagramType])
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_each_datagram_type_round_trip(dtype: DatagramType, data: st.DataObject) -> None:
+    dgram = data.draw(datagrams_of_type(dtype))
+    assert dgram.datagram_type is dtype
+    wire = encode_datagram(dgram, version=DRAFT_14)
     assert decode_datagram(wire, version=DRAFT_14) == dgram
 
 
