@@ -9,6 +9,7 @@ command, transmit at the end of the loop turn) and the connection's registries.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -387,6 +388,12 @@ class Publication(_Writer):
         if self.finished or self.cancelled or self.session.closed:
             return
         self.finished = True
+        # d14 §9.12: PUBLISH_DONE follows the data. Waiting until the peer has acknowledged it
+        # also keeps relays (moq-dev) from ending the track while our streams are in flight.
+        with contextlib.suppress(ConnectionError, MoqtError):
+            await self.drain(0)
+        if self.session.closed:
+            return
         self.session._cmd(lambda s: s.publish_done(self.request_id, status, reason))
         self.session._publications.pop(self.request_id, None)
 

@@ -1,0 +1,295 @@
+"""``kvmoq pub`` and ``kvmoq sub``: MoQT debugging tools for any draft-14 relay or peer.
+
+``pub`` connects to a relay (or, with ``--listen``, serves subscribers itself), announces the
+namespace and publishes a synthetic track group by group once someone subscribes. Payloads are
+deterministic (:func:`payload_for`), so a ``sub`` anywhere can check them. ``sub`` subscribes
+(any filter) or fetches a group range and prints one line per object:
+``GROUP OBJECT LENGTH SHA256``. Progress and errors go to stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from ray_kvmoq.moqt.aio import TransportConfig
+from ray_kvmoq.moqt.api import (
+    FullTrackName,
+    MemoryTrack,
+    MoqtError,
+    MoqtObject,
+    MoqtUrl,
+    TrackServer,
+    connect,
+    serve,
+)
+from ray_kvmoq.moqt.certs import self_signed
+from ray_kvmoq.moqt.messages import AuthToken, Location
+from ray_kvmoq.moqt.session import SessionConfig
+from ray_kvmoq.moqt.types import FilterType, TokenAliasType
+
+__all__ = ["payload_for", "pub", "sub"]
+
+_FILTERS = {
+    "largest": FilterType.LARGEST_OBJECT,
+    "next-group": FilterType.NEXT_GROUP_START,
+    "absolute-start": FilterType.ABSOLUTE_START,
+    "absolute-range": FilterType.ABSOLUTE_RANGE,
+}
+
+
+def payload_for(group: int, object_id: int, size: int) -> bytes:
+    """The deterministic payload ``pub`` sends for (group, object): SHA-256 chain bytes."""
+    seed = hashlib.sha256(f"kvmoq/{group}/{object_id}".encode()).digest()
+    return (seed * (size // len(seed) + 1))[:size]
+
+
+def _transport(
+    *, insecure: bool, cafile: str | None, datagram: int, server: bool = False
+) -> TransportConfig:
+    if server:
+        leaf = self_signed()
+        return TransportConfig(
+            cert_pem=leaf.cert_pem, key_pem=leaf.key_pem, max_datagram_size=datagram
+        )
+    return TransportConfig(verify_peer=not insecure, cafile=cafile, max_datagram_size=datagram)
+
+
+def _session_config(token: str | None) -> SessionConfig:
+    tokens = (
+        (AuthToken(alias_type=TokenAliasType.USE_VALUE, token_type=0, value=token.encode()),)
+        if token
+        else ()
+    )
+    return SessionConfig(auth_tokens=tokens, implementation=b"ray_kvmoq-cli")
+
+
+_common = [
+    click.argument("url"),
+    click.option("--namespace", required=True, help="Track namespace, '/'-separated (a/b/c)."),
+    click.option("--track", required=True, help="Track name."),
+    click.option(
+        "--tls-disable-verify",
+        "--insecure",
+        "insecure",
+        is_flag=True,
+        help="Accept any server certificate (self-signed test relays).",
+    ),
+    click.option("--cafile", type=click.Path(exists=True, dir_okay=False), help="CA bundle (PEM)."),
+    click.option("--token", help="AUTHORIZATION_TOKEN (setup and requests), out-of-band type 0."),
+    click.option("--datagram-size", default=1452, show_default=True, help="QUIC datagram size."),
+]
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _with_common(fn: _F) -> _F:
+    for deco in reversed(_common):
+        fn = deco(fn)
+    return fn
+
+
+@click.command("pub")
+@_with_common
+@click.option("--groups", default=3, show_default=True, help="Groups to publish.")
+@click.option("--objects", default=4, show_default=True, help="Objects per group.")
+@click.option("--size", default=1000, show_default=True, help="Bytes per object.")
+@click.option("--subscribers", default=1, show_default=True, help="Wait for this many first.")
+@click.option("--wait", default=30.0, show_default=True, help="Seconds to wait for subscribers.")
+@click.option("--interval", default=0.0, help="Seconds between groups.")
+@click.option("--listen", is_flag=True, help="Serve subscribers on URL's port (self-signed).")
+@click.option(
+    "--linger", default=1.0, show_default=True, help="Seconds to keep serving FETCH afterwards."
+)
+def pub(
+    url: str,
+    namespace: str,
+    track: str,
+    insecure: bool,
+    cafile: str | None,
+    token: str | None,
+    datagram_size: int,
+    groups: int,
+    objects: int,
+    size: int,
+    subscribers: int,
+    wait: float,
+    interval: float,
+    listen: bool,
+    linger: float,
+) -> None:
+    """Publish a synthetic track (GROUPS x OBJECTS x SIZE bytes) to a MoQT relay at URL."""
+    try:
+        target = MoqtUrl.parse(url)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="URL") from exc
+    name = FullTrackName.parse(namespace, track)
+    source = MemoryTrack(max_groups=max(groups, 1))
+
+    async def publish() -> None:
+        if subscribers > 0:
+            try:
+                await source.wait_subscribers(subscribers, timeout=wait)
+            except TimeoutError:
+                raise click.ClickException(
+                    f"no subscriber within {wait:.0f} s (start `kvmoq sub` after `pub` announced)"
+                ) from None
+            await asyncio.sleep(0.3)  # relays may probe with SUBSCRIBE/UNSUBSCRIBE first
+            await source.wait_subscribers(subscribers, timeout=wait)
+        for group in range(groups):
+            payloads = [
+                MoqtObject(group=group, object_id=o, payload=payload_for(group, o, size))
+                for o in range(objects)
+            ]
+            await source.publish_group(group, payloads)
+            click.echo(f"published group {group} ({objects} x {size} B)", err=True)
+            if interval:
+                await asyncio.sleep(interval)
+        await source.finish()
+
+    async def as_client() -> None:
+        transport = _transport(insecure=insecure, cafile=cafile, datagram=datagram_size)
+        handler = TrackServer({name: source})
+        async with connect(
+            url, transport=transport, handler=handler, session_config=_session_config(token)
+        ) as session:
+            await session.publish_namespace(name.namespace, auth_tokens=_tokens(token))
+            click.echo(f"announced {namespace}; waiting for {subscribers} subscriber(s)", err=True)
+            await publish()
+            await session.protocol.drain(0)
+            await asyncio.sleep(max(linger, 0.5))  # PUBLISH_DONE, last ACKs, late FETCHes
+
+    async def as_server() -> None:
+        transport = _transport(insecure=True, cafile=None, datagram=datagram_size, server=True)
+        server = await serve(
+            target.host,
+            target.port,
+            transport=transport,
+            handler_factory=lambda: TrackServer({name: source}),
+        )
+        click.echo(f"listening on {target.host}:{server.port}", err=True)
+        try:
+            await publish()
+            await asyncio.sleep(linger)
+        finally:
+            server.close()
+
+    _run(as_server() if listen else as_client())
+
+
+def _tokens(token: str | None) -> tuple[AuthToken, ...]:
+    return _session_config(token).auth_tokens
+
+
+def _run(coro: object) -> None:
+    try:
+        asyncio.run(coro)  # type: ignore[arg-type]
+    except MoqtError as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+    except (ConnectionError, TimeoutError) as exc:
+        raise click.ClickException(
+            f"could not reach the peer ({exc or type(exc).__name__}); check the URL, and "
+            "--tls-disable-verify for self-signed relays"
+        ) from None
+
+
+def _parse_range(text: str) -> tuple[int, int]:
+    try:
+        first, last = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise click.BadParameter("expected START:END group numbers, e.g. 0:3") from None
+    if last < first:
+        raise click.BadParameter("END must be >= START")
+    return first, last
+
+
+def _line(obj: MoqtObject) -> str:
+    digest = hashlib.sha256(obj.payload).hexdigest()
+    status = "" if obj.status == 0 else f" status={obj.status.name}"
+    return f"{obj.group} {obj.object_id} {len(obj.payload)} {digest}{status}"
+
+
+@click.command("sub")
+@_with_common
+@click.option("--fetch", "fetch_range", help="Fetch groups START:END (inclusive) instead.")
+@click.option(
+    "--filter",
+    "filter_name",
+    type=click.Choice(sorted(_FILTERS)),
+    default="largest",
+    show_default=True,
+    help="Subscription filter.",
+)
+@click.option("--start", "start_group", type=int, help="First group (absolute filters).")
+@click.option("--end-group", type=int, help="Last group, inclusive (absolute-range).")
+@click.option("--max-objects", type=int, help="Stop after this many objects.")
+@click.option("--timeout", default=60.0, show_default=True, help="Give up after this many seconds.")
+def sub(
+    url: str,
+    namespace: str,
+    track: str,
+    insecure: bool,
+    cafile: str | None,
+    token: str | None,
+    datagram_size: int,
+    fetch_range: str | None,
+    filter_name: str,
+    start_group: int | None,
+    end_group: int | None,
+    max_objects: int | None,
+    timeout: float,
+) -> None:
+    """Subscribe to (or --fetch) a track at URL; print GROUP OBJECT LENGTH SHA256 per object."""
+    try:
+        MoqtUrl.parse(url)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="URL") from exc
+    filter_type = _FILTERS[filter_name]
+    if filter_type.has_start and start_group is None:
+        raise click.BadParameter("--start is required with absolute filters", param_hint="--start")
+    if filter_type == FilterType.ABSOLUTE_RANGE and end_group is None:
+        raise click.BadParameter("--end-group is required with absolute-range")
+    name = FullTrackName.parse(namespace, track)
+    groups = _parse_range(fetch_range) if fetch_range else None
+
+    async def main() -> None:
+        transport = _transport(insecure=insecure, cafile=cafile, datagram=datagram_size)
+        count, started = 0, time.perf_counter()
+        async with connect(url, transport=transport, session_config=_session_config(token)) as s:
+            if groups is not None:
+                it = await s.fetch(
+                    name.namespace,
+                    name.name,
+                    start=Location(groups[0], 0),
+                    end=Location(groups[1], 0),
+                    auth_tokens=_tokens(token),
+                )
+            else:
+                it = await s.subscribe(  # type: ignore[assignment]
+                    name.namespace,
+                    name.name,
+                    filter_type=filter_type,
+                    start=Location(start_group, 0) if start_group is not None else None,
+                    end_group=end_group,
+                    auth_tokens=_tokens(token),
+                )
+            click.echo(f"{'fetching' if groups else 'subscribed to'} {namespace}/{track}", err=True)
+            async for obj in it:
+                click.echo(_line(obj))
+                count += 1
+                if max_objects is not None and count >= max_objects:
+                    break
+        click.echo(f"{count} objects in {time.perf_counter() - started:.2f} s", err=True)
+
+    async def bounded() -> None:
+        await asyncio.wait_for(main(), timeout)
+
+    _run(bounded())
+    sys.stdout.flush()
