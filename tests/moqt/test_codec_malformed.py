@@ -443,6 +443,11 @@ case(
     feed_stream(EXT_SUBGROUP + vi(0, 2, 0x21, 5) + b"abcde" + vi(1) + b"x"),
     ProtocolViolation,
 )
+case(
+    "object ID overflows 2**62 via delta",
+    feed_stream(SUBGROUP + vi((1 << 62) - 1, 1) + b"a" + vi(0, 1) + b"b"),
+    ProtocolViolation,
+)
 case("fin before header", feed_stream(b""), ProtocolViolation)
 case("fin inside header", feed_stream(vi(0x14, 1, 2)), ProtocolViolation)
 for size in (1025, 1 << 20, (1 << 62) - 1):

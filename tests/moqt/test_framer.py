@@ -218,3 +218,18 @@ def test_location_and_fetch_helpers() -> None:
     assert Location(2, 1).next_object() == Location(2, 2)
     assert Fetch(request_id=0, fetch_type=FetchType.ABSOLUTE_JOINING).is_joining
     assert not Fetch(request_id=0, fetch_type=FetchType.STANDALONE).is_joining
+
+
+LIMIT_MESSAGES = {
+    "32 fields": sub(track_namespace=(b"x",) * 32),
+    "full track name 4096": sub(track_namespace=(b"a" * 4000,), track_name=b"b" * 96),
+    "reason 1024": SubscribeError(request_id=0, error_code=1, reason="r" * 1024),
+    "goaway uri 8192": Goaway(new_session_uri=b"u" * 8192),
+    "max varints": Unsubscribe(request_id=(1 << 62) - 1),
+}
+
+
+@pytest.mark.parametrize("msg", LIMIT_MESSAGES.values(), ids=LIMIT_MESSAGES.keys())
+def test_values_at_the_limits_round_trip(msg: object) -> None:
+    wire = encode_control(msg)  # type: ignore[arg-type]
+    assert ControlStreamParser().feed(wire) == [msg]
