@@ -10,7 +10,7 @@ wire (Forward, Content Exists, End Of Track) are ``bool``; error and status code
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 from .messages_base import Location, MessageParameters
@@ -231,7 +231,7 @@ class Fetch:
     """Joining: request ID of the subscription joined."""
     joining_start: int | None = None
     """Joining: groups before Largest (relative) or the start group (absolute)."""
-    parameters: MessageParameters = field(default=_NO_PARAMS)
+    parameters: MessageParameters = _NO_PARAMS
     """Version-specific parameters."""
 
     @property
