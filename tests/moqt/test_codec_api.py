@@ -197,3 +197,26 @@ def test_codec_imports_only_stdlib() -> None:
                 continue
             for name in names:
                 assert name.split(".")[0] not in banned, f"{module} imports {name}"
+
+
+PACKAGE_CODEC_MODULES = ["types", "errors", "messages", "data", "data_datagram"]
+
+
+def test_package_exports_the_codec() -> None:
+    """``ray_kvmoq.moqt`` re-exports the codec (the aio shell adds its own names)."""
+    import ray_kvmoq.moqt as pkg
+
+    assert pkg.__all__ == sorted(pkg.__all__, key=_isort_key)
+    assert len(set(pkg.__all__)) == len(pkg.__all__)
+    wanted = {n for m in PACKAGE_CODEC_MODULES for n in EXPECTED[m]} - {"MAX_VARINT"}
+    wanted |= {"ControlStreamParser", "decode_control", "encode_control", "read_control_frame"}
+    assert wanted <= set(pkg.__all__)
+    for name in pkg.__all__:
+        assert getattr(pkg, name) is not None
+    for name in wanted:
+        module = next(
+            (m for m in [*PACKAGE_CODEC_MODULES, "framer"] if name in EXPECTED[m]), "framer"
+        )
+        assert getattr(pkg, name) is getattr(
+            importlib.import_module(f"ray_kvmoq.moqt.{module}"), name
+        )
