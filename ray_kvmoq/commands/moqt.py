@@ -22,7 +22,7 @@ from ray_kvmoq.moqt.aio import TransportConfig
 from ray_kvmoq.moqt.api import (
     FullTrackName,
     MemoryTrack,
-    MoqtError,
+    MoqtApiError,
     MoqtObject,
     MoqtUrl,
     TrackServer,
@@ -191,7 +191,7 @@ def _tokens(token: str | None) -> tuple[AuthToken, ...]:
 def _run(coro: object) -> None:
     try:
         asyncio.run(coro)  # type: ignore[arg-type]
-    except MoqtError as exc:
+    except MoqtApiError as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
     except (ConnectionError, TimeoutError) as exc:
         raise click.ClickException(

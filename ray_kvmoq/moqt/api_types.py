@@ -76,7 +76,7 @@ class FullTrackName:
         return cls(tuple(p.encode() for p in namespace.split("/") if p), name.encode())
 
 
-class MoqtError(Exception):
+class MoqtApiError(Exception):
     """Base of this module's errors; ``error_code`` is the wire code involved."""
 
     error_code: int = 0
@@ -87,16 +87,16 @@ class MoqtError(Exception):
         self.reason = reason
 
 
-class SessionClosed(MoqtError):
+class SessionClosed(MoqtApiError):
     """The session ended (peer close, idle timeout, protocol error, or our close)."""
 
 
-class RequestError(MoqtError):
+class RequestError(MoqtApiError):
     """A request was refused: raised to callers when the peer refuses (SUBSCRIBE_ERROR, ...),
     and raised by handlers to refuse the peer's request with ``error_code``."""
 
 
-class Cancelled(MoqtError):
+class Cancelled(MoqtApiError):
     """The peer cancelled what we were writing (UNSUBSCRIBE, FETCH_CANCEL)."""
 
 
@@ -390,7 +390,7 @@ class Publication(_Writer):
         self.finished = True
         # d14 §9.12: PUBLISH_DONE follows the data. Waiting until the peer has acknowledged it
         # also keeps relays (moq-dev) from ending the track while our streams are in flight.
-        with contextlib.suppress(ConnectionError, MoqtError):
+        with contextlib.suppress(ConnectionError, MoqtApiError):
             await self.drain(0)
         if self.session.closed:
             return

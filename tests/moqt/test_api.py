@@ -292,3 +292,21 @@ def test_url_parsing() -> None:
     )
     with pytest.raises(ValueError, match="moqt://"):
         MoqtUrl.parse("https://127.0.0.1:4443/moq")
+
+
+def test_package_surface_is_pinned_and_resolves() -> None:
+    import ray_kvmoq.moqt as pkg
+    from ray_kvmoq.moqt import aio, api, certs, session
+
+    def isort_key(name: str) -> tuple[int, str]:
+        return (0 if name.isupper() else 1 if name[0].isupper() else 2, name)
+
+    assert pkg.__all__ == sorted(pkg.__all__, key=isort_key)
+    assert set(pkg.__all__) == set(pkg._EXPORTS)
+    for module in (api,):
+        for name in module.__all__:
+            assert getattr(pkg, name) is getattr(module, name), name
+            assert getattr(module, name).__doc__, name
+    assert pkg.TransportConfig is aio.TransportConfig
+    assert pkg.MoqtSession is session.MoqtSession
+    assert pkg.self_signed is certs.self_signed
