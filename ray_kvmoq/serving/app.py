@@ -14,7 +14,8 @@ Modes:
   locality for decode).
 """
 
-from __future__ import annotations
+# No "from __future__ import annotations": Ray reads the builder's parameter annotation at
+# run time to validate `args` into AppArgs (a string annotation would be skipped).
 
 from typing import Any, Literal
 
@@ -122,6 +123,8 @@ def _options(r: ReplicaArgs) -> dict[str, Any]:
 
 def build(args: AppArgs) -> Application:
     """The serving application for ``args`` (see the module docstring)."""
+    if not isinstance(args, AppArgs):  # called directly with a dict
+        args = AppArgs.model_validate(args)
     from . import deployments as d
 
     # Serve's decorator returns Deployment objects; mypy sees the classes.
