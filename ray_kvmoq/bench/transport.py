@@ -299,19 +299,32 @@ def _groups_for(object_size: int, megabytes: int) -> int:
     "--levers", is_flag=True, help="Also run raw-QUIC rows switching one lever at a time."
 )
 @click.option("--raw-only", is_flag=True, help="Only raw QUIC and TCP rows (no MoQT stack).")
-def transport(as_json: bool, mb: int, sizes: str, levers: bool, raw_only: bool) -> None:
+@click.option("--only", "only", help="Run only rows whose name contains this text (and tcp).")
+@click.option("--repeat", default=1, show_default=True, help="Runs per row; the median counts.")
+def transport(
+    as_json: bool,
+    mb: int,
+    sizes: str,
+    levers: bool,
+    raw_only: bool,
+    only: str | None,
+    repeat: int,
+) -> None:
     """Throughput of MoQT/QUIC vs plain TCP between two processes on loopback."""
     rows: list[Variant] = [] if raw_only else list(MOQT_ROWS)
     if levers or raw_only:
         rows += LEVER_ROWS
     rows.append(TCP_ROW)
+    if only:
+        rows = [r for r in rows if only in r.name or r.path == "tcp"]
     results: list[dict[str, Any]] = []
     for size in [int(s) for s in sizes.split(",") if s]:
         work = Workload(object_size=size, groups=_groups_for(size, mb))
         for variant in rows:
             click.echo(f"[{size} B objects] {variant.name} ...", err=True, nl=False)
-            mbs = run_variant(work, variant)
-            click.echo(f" {mbs:,.1f} MB/s", err=True)
+            runs = sorted(run_variant(work, variant) for _ in range(max(1, repeat)))
+            mbs = runs[len(runs) // 2]
+            click.echo(" " + ", ".join(f"{r:,.1f}" for r in runs) + " MB/s", err=True)
             results.append({"object_size": size, **asdict(variant), "mb_s": round(mbs, 1)})
     summary = _summary(results)
     if as_json:

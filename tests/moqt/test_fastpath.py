@@ -135,3 +135,19 @@ async def test_drain_fails_when_connection_dies() -> None:
                 await asyncio.wait_for(proto.drain(0), 10)
     finally:
         listener.close()
+
+
+def test_bench_transport_json_smoke() -> None:
+    """``kvmoq bench transport --json`` runs both processes per row and reports the keys."""
+    import json
+
+    from click.testing import CliRunner
+
+    from ray_kvmoq.bench.transport import transport
+
+    result = CliRunner().invoke(transport, ["--json", "--mb", "3", "--sizes", "160000"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output.strip().splitlines()[-1])
+    for key in ("moqt_mb_s", "moqt_mb_s_9000", "tcp_mb_s", "ratio"):
+        assert report[key] > 0, report
+    assert {r["path"] for r in report["rows"]} == {"moqt", "tcp"}
