@@ -91,6 +91,10 @@ __all__ = [
 
 _T = TypeVar("_T")
 
+MoqtError = MoqtApiError
+"""Alias of :class:`MoqtApiError` for early users of ``api.MoqtError`` (not in ``__all__``:
+the package's ``MoqtError`` is the codec's protocol error)."""
+
 
 # ------------------------------------------------------------------------------ the session
 
