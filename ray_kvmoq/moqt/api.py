@@ -354,6 +354,10 @@ class MoqtConnection:
         for writer in [*self._publications.values(), *self._fetch_writers.values()]:
             writer.cancelled = True
         self._closed.set()
+        current = asyncio.current_task()
+        for task in list(self._tasks):  # handler tasks serve requests of a session now gone
+            if task is not current:
+                task.cancel()
         for callback in self._closed_callbacks:
             callback()
         self._spawn(self.handler.on_closed(self, error))
@@ -425,6 +429,8 @@ class MoqtConnection:
 
     def _on_fetch_accepted(self, event: ev.FetchAccepted) -> None:
         queue = self._fetch_queues.get(event.request_id) or _ObjectQueue()
+        if queue.ended:  # the whole fetch stream arrived before FETCH_OK
+            self._fetch_queues.pop(event.request_id, None)
         stream = FetchStream(self, event.request_id, queue)
         stream.end, stream.end_of_track = event.end, event.end_of_track
         self._resolve(event.request_id, stream)
@@ -463,9 +469,11 @@ class MoqtConnection:
             queue.finish(RequestError(event.error_code, "the fetch stream was reset"))
 
     def _on_fetch_ended(self, event: ev.FetchStreamEnded) -> None:
-        queue = self._fetch_queues.pop(event.request_id, None)
+        queue = self._fetch_queues.get(event.request_id)
         if queue is not None:
             queue.finish()
+            if event.request_id not in self._pending:  # else FETCH_OK still has to find it
+                del self._fetch_queues[event.request_id]
 
     def _on_publish_done(self, event: ev.PublishDoneReceived) -> None:
         sub = self._subscriptions.get(event.request_id)
