@@ -73,8 +73,6 @@ class AsyncEngine:
         finally:
             if not finished:
                 self.scheduler.abort(rid)
-            else:
-                self._queues.pop(rid, None)
 
     async def generate(
         self,
@@ -116,8 +114,8 @@ class AsyncEngine:
             for out in outputs:
                 q = self._queues.get(out.request_id)
                 if q is not None:
-                    q.put_nowait(out)
-                if out.finished and q is None:
+                    q.put_nowait(out)  # the consumer holds its own reference to ``q``
+                if out.finished:
                     self._queues.pop(out.request_id, None)
 
     def _fail_all(self, exc: Exception) -> list[StepOutput]:

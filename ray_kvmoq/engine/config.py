@@ -187,9 +187,12 @@ class ModelConfig:
         )
 
     @classmethod
-    def from_gguf_fields(cls, meta: dict[str, Any], *, has_output: bool) -> ModelConfig:
+    def from_gguf_fields(
+        cls, meta: dict[str, Any], *, has_output: bool, vocab_size: int | None = None
+    ) -> ModelConfig:
         """Read GGUF metadata (``{key: value}``); ``has_output`` says whether ``output.weight``
-        exists (otherwise the embeddings are tied)."""
+        exists (otherwise the embeddings are tied); ``vocab_size`` is the embedding's row count
+        (the metadata's own count otherwise)."""
         arch = meta.get("general.architecture")
         if arch not in ("llama", "qwen2"):
             raise UnsupportedModelError(
@@ -202,7 +205,7 @@ class ModelConfig:
         n_heads = int(get("attention.head_count"))
         hidden = int(get("embedding_length"))
         head_dim = int(get("attention.key_length", hidden // n_heads))
-        vocab = get("vocab_size") or len(meta.get("tokenizer.ggml.tokens", []))
+        vocab = vocab_size or get("vocab_size") or len(meta.get("tokenizer.ggml.tokens", []))
         scaling: dict[str, Any] | None = None
         kind = get("rope.scaling.type")
         if kind == "linear":

@@ -144,6 +144,15 @@ def read_gguf(path: str | Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     return meta, tensors
 
 
+def _gguf_config(meta: dict[str, Any], tensors: dict[str, np.ndarray]) -> ModelConfig:
+    emb = tensors.get("model.embed_tokens.weight")
+    if emb is None:
+        raise ModelLoadError("GGUF file has no token_embd.weight")
+    return ModelConfig.from_gguf_fields(
+        meta, has_output="lm_head.weight" in tensors, vocab_size=int(emb.shape[0])
+    )
+
+
 def _hf_name(gguf_name: str) -> str | None:
     m = re.fullmatch(r"blk\.(\d+)\.(\w+)\.(weight|bias)", gguf_name)
     if m:
@@ -177,7 +186,7 @@ def load_gguf(
 ) -> LoadedModel:
     """Load a GGUF file directly (dequantizing every time; see ``load_model`` for caching)."""
     meta, tensors = read_gguf(path)
-    cfg = ModelConfig.from_gguf_fields(meta, has_output="lm_head.weight" in tensors)
+    cfg = _gguf_config(meta, tensors)
     sd = {k: torch.from_numpy(v) for k, v in tensors.items()}
     model = build_model(cfg, sd, dtype=dtype, device=device, source=str(path))
     name = str(meta.get("general.name") or Path(path).stem)
@@ -293,7 +302,7 @@ def _write_cache(d: Path, source: Path, name: str) -> None:
 
     print(f"ray_kvmoq: converting {source.name} to a bf16 cache in {d} (once)", file=sys.stderr)
     meta, tensors = read_gguf(source)
-    cfg = ModelConfig.from_gguf_fields(meta, has_output="lm_head.weight" in tensors)
+    cfg = _gguf_config(meta, tensors)
     tok = Tokenizer.from_gguf_metadata(meta)
     tmp = Path(tempfile.mkdtemp(prefix=d.name + ".tmp", dir=d.parent))
     try:
