@@ -65,12 +65,16 @@ from .relay import (
 
 __all__ = [
     "ClusterSecurity",
+    "NamespaceHub",
     "PeerPool",
     "RelayHandler",
     "RelayNetwork",
     "SessionUpstream",
     "serve_plain_relay",
 ]
+
+IMPLEMENTATION = b"ray_kvmoq"
+"""MOQT_IMPLEMENTATION prefix of our own endpoints (``SessionConfig.implementation``)."""
 
 CLUSTER_TENANT = "kvmoq-cluster"
 """Tenant name of relay-to-relay tokens (subscribe to everything, publish nothing)."""
@@ -180,7 +184,7 @@ class SessionUpstream:
                 start=Location(0, 0),
                 auth_tokens=self._auth(),
             )
-        except api.MoqtError as exc:
+        except api.MoqtApiError as exc:
             raise RelayError(exc.error_code, f"upstream refused SUBSCRIBE: {exc.reason}") from None
         except (TimeoutError, ConnectionError) as exc:
             raise RelayError(0x2, f"upstream SUBSCRIBE failed: {exc!r}") from None
@@ -196,10 +200,10 @@ class SessionUpstream:
                     return
                 else:
                     yield ObjectReceived(group_id=obj.group, obj=_to_cached(obj))
-        except api.MoqtError as exc:
+        except api.MoqtApiError as exc:
             raise RelayError(0x0, f"upstream session failed: {exc.reason or exc!r}") from None
         finally:
-            with contextlib.suppress(api.MoqtError):
+            with contextlib.suppress(api.MoqtApiError):
                 await sub.unsubscribe()
         done = sub.done
         if done is not None and done.status_code == PublishDoneCode.TRACK_ENDED:
@@ -223,7 +227,7 @@ class SessionUpstream:
                 end=Location(*end),
                 auth_tokens=self._auth(),
             )
-        except api.MoqtError as exc:
+        except api.MoqtApiError as exc:
             raise RelayError(exc.error_code, f"upstream refused FETCH: {exc.reason}") from None
         except (TimeoutError, ConnectionError) as exc:
             raise RelayError(0x2, f"upstream FETCH failed: {exc!r}") from None
@@ -236,7 +240,7 @@ class SessionUpstream:
                 if obj.status in (ObjectStatus.END_OF_GROUP, ObjectStatus.END_OF_TRACK):
                     continue
                 yield obj.group, _to_cached(obj)
-        except api.MoqtError as exc:
+        except api.MoqtApiError as exc:
             raise RelayError(0x0, f"upstream fetch failed: {exc.reason or exc!r}") from None
 
 
@@ -322,17 +326,83 @@ class PeerPool:
 # ------------------------------------------------------------------------------ downstream
 
 
+def _is_prefix(prefix: tuple[bytes, ...], namespace: tuple[bytes, ...]) -> bool:
+    return namespace[: len(prefix)] == prefix
+
+
+class NamespaceHub:
+    """Announcements between sessions: a SUBSCRIBE_NAMESPACE sees every matching namespace a
+    publisher announced (now and later) as a PUBLISH_NAMESPACE (draft-14 §8 routing)."""
+
+    def __init__(self) -> None:
+        self.announced: dict[tuple[bytes, ...], set[api.MoqtConnection]] = {}
+        self.watchers: dict[api.MoqtConnection, set[tuple[bytes, ...]]] = {}
+        self._sent: set[tuple[api.MoqtConnection, tuple[bytes, ...]]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def announce(self, session: api.MoqtConnection, namespace: tuple[bytes, ...]) -> None:
+        """A publisher announced ``namespace``."""
+        self.announced.setdefault(namespace, set()).add(session)
+        for watcher, prefixes in self.watchers.items():
+            if watcher is not session and any(_is_prefix(p, namespace) for p in prefixes):
+                self._send(watcher, namespace)
+
+    def withdraw(self, session: api.MoqtConnection, namespace: tuple[bytes, ...]) -> None:
+        """A publisher withdrew ``namespace`` (or its session ended)."""
+        pubs = self.announced.get(namespace)
+        if pubs is not None:
+            pubs.discard(session)
+            if not pubs:
+                del self.announced[namespace]
+
+    def watch(self, session: api.MoqtConnection, prefix: tuple[bytes, ...]) -> None:
+        """A session asked for announcements under ``prefix`` (SUBSCRIBE_NAMESPACE)."""
+        self.watchers.setdefault(session, set()).add(prefix)
+        for namespace, pubs in self.announced.items():
+            if _is_prefix(prefix, namespace) and pubs - {session}:
+                self._send(session, namespace)
+
+    def forget(self, session: api.MoqtConnection) -> None:
+        """The session ended."""
+        self.watchers.pop(session, None)
+        for namespace in [n for n, p in self.announced.items() if session in p]:
+            self.withdraw(session, namespace)
+        self._sent = {k for k in self._sent if k[0] is not session}
+
+    def _send(self, session: api.MoqtConnection, namespace: tuple[bytes, ...]) -> None:
+        if (session, namespace) in self._sent:
+            return
+        self._sent.add((session, namespace))
+
+        async def send() -> None:
+            await asyncio.sleep(0)  # after the SUBSCRIBE_NAMESPACE_OK goes out
+            with contextlib.suppress(api.MoqtApiError, TimeoutError):
+                await session.publish_namespace(namespace)
+
+        task = asyncio.get_running_loop().create_task(send())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
 class RelayHandler(api.SessionHandler):
     """Answers one downstream session's requests from the relay."""
 
-    def __init__(self, relay: Relay, verifier: TokenVerifier | None) -> None:
+    def __init__(
+        self, relay: Relay, verifier: TokenVerifier | None, hub: NamespaceHub | None = None
+    ) -> None:
         self.relay = relay
         self.verifier = verifier
+        self.hub = hub if hub is not None else NamespaceHub()
         self.setup_token: bytes | None = None
         self.upstream: SessionUpstream | None = None
+        self.group_markers = False
+        """End each group with an END_OF_GROUP status object: only for peers that are ours
+        (MOQT_IMPLEMENTATION ``ray_kvmoq``), whose subscriptions surface them as group ends;
+        moq-dev refuses status objects after a subgroup's objects."""
 
     async def on_setup(self, session: api.MoqtConnection, setup: Any) -> None:
         self.setup_token = _token_value(setup.auth_tokens)
+        self.group_markers = (setup.implementation or b"").startswith(IMPLEMENTATION)
         if self.verifier is not None and self.setup_token is not None:
             try:
                 self.verifier.verify(self.setup_token, time.time())
@@ -360,18 +430,22 @@ class RelayHandler(api.SessionHandler):
         if self.upstream is None:
             self.upstream = SessionUpstream(session)
         self.relay.add_publisher(request.namespace, self.upstream)
+        self.hub.announce(session, request.namespace)
 
     async def on_publish_namespace_done(
         self, session: api.MoqtConnection, namespace: tuple[bytes, ...]
     ) -> None:
         self.relay.remove_publisher(namespace, self.upstream)
+        self.hub.withdraw(session, namespace)
 
     async def on_subscribe_namespace(
         self, session: api.MoqtConnection, request: api.NamespaceRequest
     ) -> None:
         self._authorize(request.auth_tokens, "subscribe", request.namespace)
+        self.hub.watch(session, request.namespace)
 
     async def on_closed(self, session: api.MoqtConnection, error: api.SessionClosed) -> None:
+        self.hub.forget(session)
         if self.upstream is not None:
             self.relay.drop_upstream(self.upstream)
 
@@ -394,7 +468,7 @@ class RelayHandler(api.SessionHandler):
                 floor = largest
             elif largest is not None and request.filter_type == FilterType.NEXT_GROUP_START:
                 floor = (largest[0], float("inf"))
-            await _forward(session, sub, pub, floor)
+            await _forward(session, sub, pub, floor, self.group_markers)
         finally:
             sub.close()
 
@@ -430,6 +504,7 @@ async def _forward(
     sub: TrackSubscription,
     pub: api.Publication,
     floor: tuple[int, float] | None,
+    markers: bool,
 ) -> None:
     writers: dict[tuple[int, int], api.GroupWriter] = {}
     last: dict[tuple[int, int], CachedObject] = {}
@@ -447,7 +522,7 @@ async def _forward(
                 w = writers.get(key)
                 if w is None:
                     w = writers[key] = pub.open_group(
-                        g, subgroup=obj.subgroup_id, priority=obj.priority
+                        g, subgroup=obj.subgroup_id, priority=obj.priority, with_extensions=True
                     )
                 w.write(_to_wire(g, obj))
                 last[key] = obj
@@ -456,7 +531,7 @@ async def _forward(
             elif isinstance(ev, GroupEnded):
                 for key in [k for k in writers if k[0] == ev.group_id]:
                     w, obj = writers.pop(key), last.pop(key)
-                    if obj.status not in (OBJECT_END_OF_GROUP, OBJECT_END_OF_TRACK):
+                    if markers and obj.status not in (OBJECT_END_OF_GROUP, OBJECT_END_OF_TRACK):
                         w.write(
                             api.MoqtObject(
                                 group=key[0],
@@ -475,16 +550,16 @@ async def _forward(
                 return
     except RelayError as exc:
         for w in writers.values():
-            with contextlib.suppress(api.MoqtError):
+            with contextlib.suppress(api.MoqtApiError):
                 w.reset(0x0)
         writers.clear()
-        with contextlib.suppress(api.MoqtError):
+        with contextlib.suppress(api.MoqtApiError):
             await pub.done(PublishDoneCode.INTERNAL_ERROR, exc.reason[:200])
     except (api.Cancelled, api.SessionClosed):
         return
     finally:
         for w in writers.values():
-            with contextlib.suppress(api.MoqtError):
+            with contextlib.suppress(api.MoqtApiError):
                 w.reset(0x1)
 
 
@@ -534,16 +609,17 @@ class RelayNetwork:
             client_tc = TransportConfig(verify_peer=False, **opts)
             token = None
         self.pool = PeerPool(transport=client_tc, token=token)
+        self.hub = NamespaceHub()
         self._server: api.MoqtServer | None = None
 
     async def start(self, relay: Relay) -> int:
         """Listen; returns the bound UDP port."""
-        verifier = self.verifier
+        verifier, hub = self.verifier, self.hub
         self._server = await api.serve(
             self.host,
             self.port,
             transport=self._server_tc,
-            handler_factory=lambda: RelayHandler(relay, verifier),
+            handler_factory=lambda: RelayHandler(relay, verifier, hub),
         )
         self.port = self._server.port
         return self.port

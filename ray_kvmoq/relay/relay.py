@@ -465,6 +465,12 @@ class Relay:
         if live is not None and live.ended:
             return
         self.cache.end_track(ns, track, last_group, self._clock())
+        for gid in self.cache.cached_groups(ns, track):
+            if not self.cache.is_sealed(ns, track, gid):
+                # nothing can join a group once the track ended (publishers that FIN groups
+                # without an End of Group status get their groups completed here)
+                self._evicted(self.cache.seal_group(ns, track, gid, self._clock()))
+                self._sealed(ns, track, gid)
         if live is not None:
             live.ended = True
         self._fan_out((ns, track), TrackEnded())
