@@ -72,6 +72,18 @@ class Backend(abc.ABC):
         return True
 
 
+class LocalBackend(Backend):
+    """Events straight from an in-process :class:`~.worker.ReplicaCore` (tests; no Serve)."""
+
+    def __init__(self, core: Any) -> None:
+        self.core = core
+
+    async def stream(self, job: Job, hint: RoutingHint) -> AsyncIterator[Event]:
+        """Combined prefill + decode in this process."""
+        async for ev in self.core.generate(job):
+            yield ev
+
+
 @dataclass(frozen=True, kw_only=True)
 class IngressSettings:
     """Static facts and limits."""

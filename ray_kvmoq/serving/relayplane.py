@@ -48,9 +48,13 @@ class RelayKVPlane(KVPlane):
     supports_remote = True
     shared_across_processes = True
 
-    def __init__(self, relay: Any, node_id: str, *, codec: str = "BF16") -> None:
-        self.relay = relay
+    def __init__(
+        self, relay: Any, node_id: str, *, codec: str = "BF16", budget_bytes: int = 1 << 30
+    ) -> None:
+        self._relay = relay
         self.node_id = node_id
+        self.budget_bytes = budget_bytes
+        self._revive_after = 0.0
         self.codec = get_codec(codec)
         self.track_name = self.codec.track_name
         # Chunk hashes this replica published or pulled (what its node now holds), newest last;
@@ -63,10 +67,36 @@ class RelayKVPlane(KVPlane):
         node_id = str(ray.get_runtime_context().get_node_id())
         try:
             handles = start_relays(node_ids=[node_id], budget_bytes=budget_bytes)
-            return cls(handles[node_id], node_id, codec=codec)
+            return cls(handles[node_id], node_id, codec=codec, budget_bytes=budget_bytes)
         except Exception as exc:  # no relay: keep serving, reuse stays within this process
             log.warning("relay on node %s unavailable (%s); using process-local KV", node_id, exc)
             return LocalKVPlane(budget_bytes=budget_bytes)
+
+    @property
+    def relay(self) -> Any:
+        """This node's relay actor handle."""
+        return self._relay
+
+    async def revive(self) -> bool:
+        """After the relay died: start a new one on this node (at most every 5 s)."""
+        now = time.monotonic()
+        if now < self._revive_after:
+            return False
+        self._revive_after = now + 5.0
+        try:
+            handles = await asyncio.to_thread(
+                start_relays, node_ids=[self.node_id], budget_bytes=self.budget_bytes
+            )
+        except Exception as exc:
+            log.warning("cannot restart the relay on %s: %s", self.node_id, exc)
+            return False
+        self._relay = handles[self.node_id]
+        self._held.clear()  # the new relay holds nothing
+        return True
+
+    async def _on_error(self, exc: BaseException) -> None:
+        if isinstance(exc, ray.exceptions.RayActorError):
+            await self.revive()
 
     # ---- control plane -------------------------------------------------------------------
 
@@ -97,7 +127,8 @@ class RelayKVPlane(KVPlane):
             return 0, 0
         try:
             chain = await self.relay.longest_prefix.remote(list(hashes))
-        except Exception:
+        except Exception as exc:
+            await self._on_error(exc)
             return 0, 0
         local = 0
         for locs in chain:
@@ -119,6 +150,7 @@ class RelayKVPlane(KVPlane):
             )
         except Exception as exc:
             res.fallbacks.append(_reason(exc))
+            await self._on_error(exc)
             return res
         deadline = time.monotonic() + timeout_s
         for k, locs in enumerate(chain[:n]):
@@ -134,6 +166,7 @@ class RelayKVPlane(KVPlane):
                 )
             except Exception as exc:
                 res.fallbacks.append(_reason(exc))
+                await self._on_error(exc)
                 break
             res.chunks.append(arr)
             self._remember(hashes[k])
@@ -154,9 +187,13 @@ class RelayKVPlane(KVPlane):
             CachedObject(object_id=i, payload=p, extensions=(attach_digest(p),))
             for i, p in enumerate(payloads)
         ]
-        await self.relay.publish_group.remote(
-            namespace, self.track_name, group, objects, chunk_hash=chunk_hash
-        )
+        try:
+            await self.relay.publish_group.remote(
+                namespace, self.track_name, group, objects, chunk_hash=chunk_hash
+            )
+        except Exception as exc:
+            await self._on_error(exc)
+            raise
         if chunk_hash is not None:
             self._remember(chunk_hash)
 
@@ -181,6 +218,7 @@ class RelayKVPlane(KVPlane):
                     return
                 except Exception as exc:
                     if time.monotonic() >= deadline or not _not_yet(exc):
+                        await self._on_error(exc)
                         raise
                     await asyncio.sleep(_RETRY_S)
             yield g, arr

@@ -100,7 +100,7 @@ class ReplicaCore:
             if prefix is not None and publish:
                 # Decode reads this prompt's own track: re-publish the reused groups under it.
                 for g, arr in enumerate(prefix.chunks()):
-                    await self.kv.publish(ns, g, arr, job.hashes[g])
+                    publish = publish and await self._publish(ns, g, [arr], job.hashes[g])
         start = prefix.length if prefix is not None else 0
         parts = [prefix] if prefix is not None else []
         done = prefix
@@ -114,10 +114,23 @@ class ReplicaCore:
             if publish:
                 g = s // self.chunk
                 h = job.hashes[g] if job.reuse and g < len(job.hashes) else None
-                for arr in part.chunks():
-                    await self.kv.publish(ns, g, arr, h)
+                publish = await self._publish(ns, g, part.chunks(), h)
+                if not publish:
+                    stats = stats.merged(KVStats(fallbacks=("publish",)))
         assert done is not None  # a prompt has at least one token
         return PrefillOutcome(kv=done, stats=stats)
+
+    async def _publish(
+        self, ns: Namespace, g: int, chunks: list[np.ndarray], h: bytes | None
+    ) -> bool:
+        """Publish a group; False (and no exception) if the KV plane failed: the answer does
+        not depend on publishing, only later reuse does."""
+        try:
+            for arr in chunks:
+                await self.kv.publish(ns, g, arr, h)
+        except Exception:
+            return False
+        return True
 
     async def _fetch_prefix(self, job: Job, stats: KVStats) -> tuple[KVCache | None, KVStats]:
         limit = reusable_chunks(len(job.tokens), self.chunk)
