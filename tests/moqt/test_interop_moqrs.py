@@ -171,10 +171,12 @@ def _wait_announced(pub: subprocess.Popen[str], timeout: float = 20) -> None:
 
 
 def test_ours_to_relay_to_ours(relay: str) -> None:
-    pub = _kvmoq_pub(relay, 3, 4, 3000)
+    # We ask for 60 KB datagrams; moq-rs advertises max_udp_payload_size 1472, and the
+    # fast path must fall back to it (aioquic alone would ignore the limit).
+    pub = _kvmoq_pub(relay, 3, 4, 3000, "--datagram-size", "60000")
     try:
         _wait_announced(pub)
-        sub = _kvmoq_sub(relay, "--max-objects", "12")
+        sub = _kvmoq_sub(relay, "--max-objects", "12", "--datagram-size", "60000")
         out, err = sub.communicate(timeout=40)
         assert sub.returncode == 0, err
     finally:
