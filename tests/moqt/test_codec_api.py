@@ -220,3 +220,31 @@ def test_package_exports_the_codec() -> None:
         assert getattr(pkg, name) is getattr(
             importlib.import_module(f"ray_kvmoq.moqt.{module}"), name
         )
+
+
+def test_every_dataclass_field_has_a_docstring() -> None:
+    """Messages and events document each field with an attribute docstring (STYLE rule 5)."""
+    import ast
+    import pathlib
+
+    import ray_kvmoq.moqt as pkg
+
+    root = pathlib.Path(pkg.__file__).parent
+    checked = 0
+    for module in ["messages", "messages_base", "messages_track", "data", "data_datagram"]:
+        tree = ast.parse((root / f"{module}.py").read_text())
+        for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+            if not any("dataclass" in ast.unparse(d) for d in cls.decorator_list):
+                continue
+            body = cls.body
+            for i, stmt in enumerate(body):
+                if not isinstance(stmt, ast.AnnAssign) or "ClassVar" in ast.unparse(
+                    stmt.annotation
+                ):
+                    continue
+                doc = body[i + 1] if i + 1 < len(body) else None
+                assert isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant), (
+                    f"{module}.{cls.name}.{ast.unparse(stmt.target)} has no docstring"
+                )
+                checked += 1
+    assert checked > 140
