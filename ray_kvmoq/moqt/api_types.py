@@ -28,7 +28,7 @@ from .types import (
 )
 
 if TYPE_CHECKING:
-    from .api import MoqtConnection
+    from .connection import MoqtConnection
 
 Extensions = tuple[tuple[int, int | bytes], ...]
 
