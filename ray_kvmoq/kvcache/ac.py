@@ -1,8 +1,11 @@
 """AC: CacheGen-style quantisation plus interleaved rANS with a per-track codebook (§7, §8).
 
 Quantiser: per token and (layer, K/V), ``amax`` as float16 (rounded up, so no value clips);
-``M = bins/2 − 1`` and ``sym = round(x·M/amax) + M`` in ``[0, 2M]``; default bins follow the
-LMCache recipe (K: 32 for layers < ⌈L/3⌉ else 16; V: 32 for layers < 2 else 16).
+``M = bins/2 − 1`` and ``sym = round(x·M/amax) + M`` in ``[0, 2M]``. Default bins (K: 32 in every
+layer; V: 32 for layers < 2, else 12) replace LMCache's recipe (K: 32 for layers < ⌈L/3⌉ else 16;
+V: 32 for layers < 2 else 16): on SmolLM2 they lift top-1 agreement from 86.7% to 91.8% and cut KL
+from 3.0e-2 to 1.7e-2 for 4% more bytes (docs/kv-payload-format.md §7.1 has the sweep). Keys
+need the precision; values tolerate coarse bins.
 
 Entropy stage: rans.py with ``J`` interleaved coders per token (flags bits 4–6 = log2 J) and
 frequency tables from the track's codebook (header ``param`` = codebook id). The codebook holds
@@ -54,11 +57,15 @@ _FLAG_ZLIB = 1
 
 
 def default_bins(num_layers: int) -> np.ndarray:
-    """LMCache's bins per (layer, K/V): ``[L, 2]`` uint8."""
-    bins = np.full((num_layers, 2), 16, np.uint8)
-    bins[: -(-num_layers // 3), 0] = 32
+    """Default bins per (layer, K/V), ``[L, 2]`` uint8: K 32 everywhere, V 32 then 12."""
+    bins = np.full((num_layers, 2), 12, np.uint8)
+    bins[:, 0] = 32
     bins[:2, 1] = 32
     return bins
+
+
+def _bins_ok(bins: np.ndarray) -> bool:
+    return bool(((bins >= 4) & (bins <= 64) & (bins % 2 == 0)).all())
 
 
 def lanes_for(geometry: KVGeometry) -> int:
@@ -152,8 +159,8 @@ def build_codebook(
     if not 0 <= codebook_id <= 255:
         raise InvalidInputError("codebook_id must fit in one byte")
     b = default_bins(geo.num_layers) if bins is None else np.asarray(bins, np.uint8)
-    if b.shape != (geo.num_layers, 2) or not np.isin(b, (4, 8, 16, 32)).all():
-        raise InvalidInputError("bins must be [L, 2] with values in 4, 8, 16, 32")
+    if b.shape != (geo.num_layers, 2) or not _bins_ok(b):
+        raise InvalidInputError("bins must be [L, 2] of even numbers in 4..64")
     a = int(b.max()) - 1
     cb_mids = (b.astype(np.float32) / 2 - 1)[..., None]
     _, sym = _quantise(to_float32(tm), cb_mids)
@@ -186,12 +193,14 @@ def parse_codebook(blob: bytes) -> Codebook:
     ver, pbits, a, gran, nt, cid, flags, n_l, n_h, n_d = _CB_HEAD.unpack_from(blob)
     if ver != CODEBOOK_VERSION or pbits != rans.PROB_BITS:
         raise CodebookError(f"codebook version {ver} / prob_bits {pbits} not supported")
-    if gran not in (0, 1, 2) or not 3 <= a <= 31 or not (n_l and n_h and n_d):
+    if gran not in (0, 1, 2) or not 3 <= a <= 63 or not (n_l and n_h and n_d):
         raise CodebookError("codebook header is malformed")
     geo = KVGeometry(num_layers=n_l, num_kv_heads=n_h, head_dim=n_d)
     off = _CB_HEAD.size + 2 * n_l
+    if len(blob) < off:
+        raise CodebookError("codebook shorter than its bins table")
     bins = np.frombuffer(blob, np.uint8, 2 * n_l, _CB_HEAD.size).reshape(n_l, 2).copy()
-    if len(blob) < off or not np.isin(bins, (4, 8, 16, 32)).all() or bins.max() - 1 != a:
+    if not _bins_ok(bins) or bins.max() - 1 != a:
         raise CodebookError("codebook bins are malformed")
     table_of = _table_of(geo, gran)
     if nt != int(table_of[-1]) + 1:

@@ -136,7 +136,7 @@ class FP4Codec(_FixedCodec):
         gscale = bamax.max(axis=-1) / np.float32(448 * 6)
         gscale[~(gscale > 0)] = 1.0
         with one_thread():
-            bs = torch.from_numpy(bamax / (np.float32(6) * gscale[..., None]))
+            bs = torch.from_numpy(np.abs(bamax) / (np.float32(6) * gscale[..., None]))
             bcode = bs.clamp_(max=448).to(torch.float8_e4m3fn).view(torch.uint8).numpy()
         eff = _E4M3_VALUES[bcode] * gscale[..., None]
         inv4 = np.divide(np.float32(4), eff, out=np.zeros_like(eff), where=eff > 0)
