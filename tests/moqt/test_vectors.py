@@ -5,6 +5,8 @@ were validated against moq-dev (see the digest)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from ray_kvmoq.moqt.data import (
@@ -28,9 +30,11 @@ from ray_kvmoq.moqt.messages import (
     Publish,
     PublishDone,
     PublishNamespace,
+    PublishNamespaceCancel,
     PublishNamespaceDone,
     PublishNamespaceOk,
     PublishOk,
+    RequestsBlocked,
     ServerSetup,
     SetupParameters,
     Subscribe,
@@ -39,6 +43,7 @@ from ray_kvmoq.moqt.messages import (
     SubscribeOk,
     SubscribeUpdate,
     Unsubscribe,
+    UnsubscribeNamespace,
 )
 from ray_kvmoq.moqt.types import (
     DRAFT_14,
@@ -550,3 +555,211 @@ def test_varint_vectors(value: int, wire: str) -> None:
     """§2.1 varint examples (RFC 9000 §16 / A.1)."""
     assert encode_varint(value).hex() == wire
     assert decode_varint(bytes.fromhex(wire)) == (value, len(wire) // 2)
+
+
+# ---------------------------------------------------------------- aiomoqt 0.5.3 as an oracle
+# aiomoqt is an independent draft-14 implementation (pure Python, a dev dependency): every
+# message it serializes must decode to the expected value, and ours must be byte-identical.
+
+NS2 = (b"kv", b"m1")
+
+
+def _aiomoqt_pairs(am: Any, at: Any) -> list[tuple[Any, Message]]:
+    asc, exists = at.GroupOrder.ASCENDING, at.ContentExistsCode.EXISTS
+    return [
+        (
+            am.Subscribe(
+                request_id=4,
+                track_namespace=NS2,
+                track_name=b"layer0",
+                priority=7,
+                group_order=2,
+                forward=0,
+                filter_type=4,
+                start_group=5,
+                start_object=1,
+                end_group=9,
+                parameters={},
+            ),
+            Subscribe(
+                request_id=4,
+                track_namespace=NS2,
+                track_name=b"layer0",
+                subscriber_priority=7,
+                group_order=GroupOrder.DESCENDING,
+                forward=False,
+                filter_type=FilterType.ABSOLUTE_RANGE,
+                start=Location(5, 1),
+                end_group=9,
+            ),
+        ),
+        (
+            am.SubscribeOk(
+                request_id=4,
+                track_alias=9,
+                expires=1000,
+                group_order=asc,
+                content_exists=exists,
+                largest_group_id=3,
+                largest_object_id=2,
+                parameters={2: 500},
+            ),
+            SubscribeOk(
+                request_id=4,
+                track_alias=9,
+                expires=1000,
+                group_order=GroupOrder.ASCENDING,
+                largest=Location(3, 2),
+                parameters=MessageParameters.build(delivery_timeout=500),
+            ),
+        ),
+        (
+            am.SubscribeUpdate(
+                request_id=6,
+                subscription_request_id=4,
+                start_group=5,
+                start_object=0,
+                end_group=0,
+                priority=128,
+                forward=1,
+                parameters={},
+            ),
+            SubscribeUpdate(request_id=6, subscription_request_id=4, start=Location(5, 0)),
+        ),
+        (
+            am.SubscribeDone(request_id=4, status_code=2, stream_count=3, reason="done"),
+            PublishDone(request_id=4, status_code=2, stream_count=3, reason="done"),
+        ),
+        (
+            am.Publish(
+                request_id=8,
+                track_namespace=NS2,
+                track_name=b"layer0",
+                track_alias=3,
+                group_order=1,
+                content_exists=1,
+                largest_group_id=2,
+                largest_object_id=5,
+                forward=1,
+                parameters={},
+            ),
+            Publish(
+                request_id=8,
+                track_namespace=NS2,
+                track_name=b"layer0",
+                track_alias=3,
+                largest=Location(2, 5),
+            ),
+        ),
+        (
+            am.PublishOk(
+                request_id=8,
+                forward=1,
+                priority=128,
+                group_order=1,
+                filter_type=3,
+                start_group=1,
+                start_object=2,
+                parameters={},
+            ),
+            PublishOk(
+                request_id=8,
+                group_order=GroupOrder.ASCENDING,
+                filter_type=FilterType.ABSOLUTE_START,
+                start=Location(1, 2),
+            ),
+        ),
+        (
+            am.Fetch(
+                fetch_type=1,
+                request_id=2,
+                subscriber_priority=128,
+                group_order=1,
+                namespace=NS2,
+                track_name=b"layer0",
+                start_group=0,
+                start_object=0,
+                end_group=2,
+                end_object=0,
+                parameters={},
+            ),
+            CONTROL_VECTORS[13][2],
+        ),
+        (
+            am.FetchOk(
+                request_id=2,
+                group_order=1,
+                end_of_track=1,
+                largest_group_id=2,
+                largest_object_id=0,
+                parameters={},
+            ),
+            FetchOk(
+                request_id=2,
+                group_order=GroupOrder.ASCENDING,
+                end_of_track=True,
+                end=Location(2, 0),
+            ),
+        ),
+        (
+            am.PublishNamespaceCancel(namespace=NS2, error_code=1, reason="c"),
+            PublishNamespaceCancel(track_namespace=NS2, error_code=1, reason="c"),
+        ),
+        (
+            am.SubscribeNamespace(request_id=2, namespace_prefix=(b"kv",), parameters={}),
+            SubscribeNamespace(request_id=2, track_namespace_prefix=(b"kv",)),
+        ),
+        (
+            am.UnsubscribeNamespace(namespace_prefix=(b"kv",)),
+            UnsubscribeNamespace(track_namespace_prefix=(b"kv",)),
+        ),
+        (
+            am.ClientSetup(versions=[DRAFT_14], parameters={2: 100}),
+            ClientSetup(parameters=SetupParameters.build(max_request_id=100)),
+        ),
+        (am.GoAway(new_session_uri="moqt://x"), Goaway(new_session_uri=b"moqt://x")),
+        (am.SubscribesBlocked(maximum_request_id=200), RequestsBlocked(max_request_id=200)),
+    ]
+
+
+def test_aiomoqt_control_messages_agree() -> None:
+    am = pytest.importorskip("aiomoqt.messages")
+    at = pytest.importorskip("aiomoqt.types")
+    pairs = _aiomoqt_pairs(am, at)
+    assert len(pairs) == 14
+    for theirs, ours in pairs:
+        wire = bytes(theirs.serialize().data)
+        assert ControlStreamParser().feed(wire) == [ours], type(theirs).__name__
+        assert encode_control(ours) == wire, type(theirs).__name__
+
+
+def test_aiomoqt_data_plane_agrees() -> None:
+    am = pytest.importorskip("aiomoqt.messages")
+    for ext in (False, True):
+        header = am.SubgroupHeader(track_alias=5, group_id=9, subgroup_id=3, extensions_present=ext)
+        wire = bytes(header.serialize().data)
+        wire += bytes(
+            header.next_object(payload=b"hello", extensions={0x20: 7} if ext else None).data
+        )
+        wire += bytes(header.next_object(payload=b"").data)
+        wire += bytes(header.next_object(payload=b"", status=am.ObjectStatus.END_OF_GROUP).data)
+        events = DataStreamParser().feed(wire, fin=True)
+        objects = [e for e in events if isinstance(e, ObjectParsed)]
+        assert [(o.subgroup, o.object_id, o.payload, o.status) for o in objects] == [
+            (3, 0, b"hello", ObjectStatus.NORMAL),
+            (3, 1, b"", ObjectStatus.NORMAL),
+            (3, 2, b"", ObjectStatus.END_OF_GROUP),
+        ]
+        assert objects[0].extensions == (((0x20, 7),) if ext else ())
+    dgram = am.ObjectDatagram(
+        track_alias=3, group_id=7, object_id=4, payload=b"hi", end_of_group=True
+    )
+    assert decode_datagram(bytes(dgram.serialize().data), version=DRAFT_14) == ObjectDatagram(
+        track_alias=3, group=7, object_id=4, payload=b"hi", end_of_group=True
+    )
+    status = am.ObjectDatagramStatus(
+        track_alias=3, group_id=7, object_id=5, status=am.ObjectStatus.END_OF_GROUP
+    )
+    assert (
+        decode_datagram(bytes(status.serialize().data), version=DRAFT_14) == DATAGRAM_VECTORS[1][2]
+    )
