@@ -13,7 +13,8 @@ import asyncio
 import hashlib
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import click
@@ -23,6 +24,7 @@ from ray_kvmoq.moqt.api import (
     FullTrackName,
     MemoryTrack,
     MoqtApiError,
+    MoqtConnection,
     MoqtObject,
     MoqtUrl,
     TrackServer,
@@ -133,55 +135,90 @@ def pub(
     name = FullTrackName.parse(namespace, track)
     source = MemoryTrack(max_groups=max(groups, 1))
 
-    async def publish() -> None:
-        if subscribers > 0:
-            try:
-                await source.wait_subscribers(subscribers, timeout=wait)
-            except TimeoutError:
-                raise click.ClickException(
-                    f"no subscriber within {wait:.0f} s (start `kvmoq sub` after `pub` announced)"
-                ) from None
-            await asyncio.sleep(0.3)  # relays may probe with SUBSCRIBE/UNSUBSCRIBE first
-            await source.wait_subscribers(subscribers, timeout=wait)
-        for group in range(groups):
-            payloads = [
-                MoqtObject(group=group, object_id=o, payload=payload_for(group, o, size))
-                for o in range(objects)
-            ]
-            await source.publish_group(group, payloads)
-            click.echo(f"published group {group} ({objects} x {size} B)", err=True)
-            if interval:
-                await asyncio.sleep(interval)
-        await source.finish()
-
-    async def as_client() -> None:
-        transport = _transport(insecure=insecure, cafile=cafile, datagram=datagram_size)
-        handler = TrackServer({name: source})
-        async with connect(
-            url, transport=transport, handler=handler, session_config=_session_config(token)
-        ) as session:
-            await session.publish_namespace(name.namespace, auth_tokens=_tokens(token))
-            click.echo(f"announced {namespace}; waiting for {subscribers} subscriber(s)", err=True)
-            await publish()
-            await session.protocol.drain(0)
-            await asyncio.sleep(max(linger, 0.5))  # PUBLISH_DONE, last ACKs, late FETCHes
-
-    async def as_server() -> None:
+    plan = _Plan(groups=groups, objects=objects, size=size, interval=interval)
+    if listen:
         transport = _transport(insecure=True, cafile=None, datagram=datagram_size, server=True)
-        server = await serve(
-            target.host,
-            target.port,
-            transport=transport,
-            handler_factory=lambda: TrackServer({name: source}),
-        )
-        click.echo(f"listening on {target.host}:{server.port}", err=True)
-        try:
-            await publish()
-            await asyncio.sleep(linger)
-        finally:
-            server.close()
+        _run(_pub_server(target, transport, name, source, plan, subscribers, wait, linger))
+    else:
+        transport = _transport(insecure=insecure, cafile=cafile, datagram=datagram_size)
+        _run(_pub_client(url, transport, token, name, source, plan, subscribers, wait, linger))
 
-    _run(as_server() if listen else as_client())
+
+@dataclass(frozen=True, kw_only=True)
+class _Plan:
+    groups: int
+    objects: int
+    size: int
+    interval: float
+
+
+async def _publish(source: MemoryTrack, plan: _Plan, subscribers: int, wait: float) -> None:
+    if subscribers > 0:
+        try:
+            await source.wait_subscribers(subscribers, timeout=wait)
+        except TimeoutError:
+            raise click.ClickException(
+                f"no subscriber within {wait:.0f} s (start `kvmoq sub` after `pub` announced)"
+            ) from None
+        await asyncio.sleep(0.3)  # relays may probe with SUBSCRIBE/UNSUBSCRIBE first
+        await source.wait_subscribers(subscribers, timeout=wait)
+    for group in range(plan.groups):
+        payloads = [
+            MoqtObject(group=group, object_id=o, payload=payload_for(group, o, plan.size))
+            for o in range(plan.objects)
+        ]
+        await source.publish_group(group, payloads)
+        click.echo(f"published group {group} ({plan.objects} x {plan.size} B)", err=True)
+        if plan.interval:
+            await asyncio.sleep(plan.interval)
+    await source.finish()
+
+
+async def _pub_client(
+    url: str,
+    transport: TransportConfig,
+    token: str | None,
+    name: FullTrackName,
+    source: MemoryTrack,
+    plan: _Plan,
+    subscribers: int,
+    wait: float,
+    linger: float,
+) -> None:
+    handler = TrackServer({name: source})
+    async with connect(
+        url, transport=transport, handler=handler, session_config=_session_config(token)
+    ) as session:
+        await session.publish_namespace(name.namespace, auth_tokens=_tokens(token))
+        ns = "/".join(p.decode() for p in name.namespace)
+        click.echo(f"announced {ns}; waiting for {subscribers} subscriber(s)", err=True)
+        await _publish(source, plan, subscribers, wait)
+        await session.protocol.drain(0)
+        await asyncio.sleep(max(linger, 0.5))  # PUBLISH_DONE, last ACKs, late FETCHes
+
+
+async def _pub_server(
+    target: MoqtUrl,
+    transport: TransportConfig,
+    name: FullTrackName,
+    source: MemoryTrack,
+    plan: _Plan,
+    subscribers: int,
+    wait: float,
+    linger: float,
+) -> None:
+    server = await serve(
+        target.host,
+        target.port,
+        transport=transport,
+        handler_factory=lambda: TrackServer({name: source}),
+    )
+    click.echo(f"listening on {target.host}:{server.port}", err=True)
+    try:
+        await _publish(source, plan, subscribers, wait)
+        await asyncio.sleep(linger)
+    finally:
+        server.close()
 
 
 def _tokens(token: str | None) -> tuple[AuthToken, ...]:
@@ -259,37 +296,45 @@ def sub(
     name = FullTrackName.parse(namespace, track)
     groups = _parse_range(fetch_range) if fetch_range else None
 
-    async def main() -> None:
-        transport = _transport(insecure=insecure, cafile=cafile, datagram=datagram_size)
-        count, started = 0, time.perf_counter()
-        async with connect(url, transport=transport, session_config=_session_config(token)) as s:
-            if groups is not None:
-                it = await s.fetch(
-                    name.namespace,
-                    name.name,
-                    start=Location(groups[0], 0),
-                    end=Location(groups[1], 0),
-                    auth_tokens=_tokens(token),
-                )
-            else:
-                it = await s.subscribe(  # type: ignore[assignment]
-                    name.namespace,
-                    name.name,
-                    filter_type=filter_type,
-                    start=Location(start_group, 0) if start_group is not None else None,
-                    end_group=end_group,
-                    auth_tokens=_tokens(token),
-                )
-            click.echo(f"{'fetching' if groups else 'subscribed to'} {namespace}/{track}", err=True)
-            async for obj in it:
-                click.echo(_line(obj))
-                count += 1
-                if max_objects is not None and count >= max_objects:
-                    break
-        click.echo(f"{count} objects in {time.perf_counter() - started:.2f} s", err=True)
+    transport = _transport(insecure=insecure, cafile=cafile, datagram=datagram_size)
+    start = Location(start_group, 0) if start_group is not None else None
 
-    async def bounded() -> None:
-        await asyncio.wait_for(main(), timeout)
+    async def open_(session: MoqtConnection) -> AsyncIterator[MoqtObject]:
+        tokens = _tokens(token)
+        if groups is not None:
+            first, last = Location(groups[0], 0), Location(groups[1], 0)
+            return await session.fetch(*_name_args(name), start=first, end=last, auth_tokens=tokens)
+        return await session.subscribe(
+            *_name_args(name),
+            filter_type=filter_type,
+            start=start,
+            end_group=end_group,
+            auth_tokens=tokens,
+        )
 
-    _run(bounded())
+    coro = _sub_main(url, transport, token, open_, max_objects)
+    _run(asyncio.wait_for(coro, timeout))
     sys.stdout.flush()
+
+
+def _name_args(name: FullTrackName) -> tuple[tuple[bytes, ...], bytes]:
+    return name.namespace, name.name
+
+
+async def _sub_main(
+    url: str,
+    transport: TransportConfig,
+    token: str | None,
+    open_: Callable[[MoqtConnection], Awaitable[AsyncIterator[MoqtObject]]],
+    max_objects: int | None,
+) -> None:
+    count, started = 0, time.perf_counter()
+    async with connect(url, transport=transport, session_config=_session_config(token)) as session:
+        objects = await open_(session)
+        click.echo("receiving", err=True)
+        async for obj in objects:
+            click.echo(_line(obj))
+            count += 1
+            if max_objects is not None and count >= max_objects:
+                break
+    click.echo(f"{count} objects in {time.perf_counter() - started:.2f} s", err=True)
