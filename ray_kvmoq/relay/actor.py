@@ -208,8 +208,11 @@ class RelayActor:
         budget_bytes: int = 256 << 20,
         network: dict[str, Any] | None = None,
         directory: Any = None,
+        relay_id: str | None = None,
     ) -> None:
-        self.node_id = ray.get_runtime_context().get_node_id()
+        self.ray_node_id = ray.get_runtime_context().get_node_id()
+        self.node_id = relay_id or self.ray_node_id
+        """Directory key of this relay (the Ray node id unless a test runs two per node)."""
         self.host = host or ray.util.get_node_ip_address()
         self.port = port
         self.budget_bytes = budget_bytes
@@ -366,14 +369,19 @@ def start_relays(
     node_ids: Sequence[str] | None = None,
     port: int = 0,
     budget_bytes: int = 256 << 20,
+    security: Any = None,
     network: dict[str, Any] | None = None,
     timeout_s: float = 60.0,
 ) -> dict[str, Any]:
     """Start (or find) one pinned relay per node and the directory; returns node id → handle.
 
+    ``security`` is a :class:`~.network.ClusterSecurity` (cluster CA + token keys; None: relay
+    sessions use self-signed certificates and no tokens). ``network`` holds extra
+    :class:`~.network.RelayNetwork` options (``idle_timeout_s``, ``transport_options``).
     Synchronous driver-side helper (the serving app's builder or a test); the directory is
     owned by the caller.
     """
+    network = {**(network or {}), **({"security": security} if security is not None else {})}
     directory = get_directory()
     if node_ids is None:
         node_ids = [n["NodeID"] for n in ray.nodes() if n["Alive"]]

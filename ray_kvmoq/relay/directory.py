@@ -10,6 +10,8 @@ Invariants:
 * Every location recorded for a node is dropped by ``remove_groups`` (eviction) or by
   ``remove_node`` (relay death); nothing keeps pointing at a node after ``remove_node``.
 * ``by_hash`` and ``by_node`` are two views of the same set of :class:`Location` s.
+* A group reported without a hash (a relay that pulled it over MoQT cannot know it) inherits
+  the hash another holder of the same (namespace, track, group) reported.
 
 The Ray shell (``actor.py``) wraps one :class:`Directory` in the ``kvmoq_directory`` actor; tests
 and the plain relay use it directly.
@@ -87,8 +89,10 @@ class Directory:
         hashes = hashes or {}
         for gid in groups:
             held.add(gid)
-            per_group.setdefault(gid, set()).add(node_id)
             h = hashes.get(gid)
+            if h is None:  # a relay that pulled the group inherits the publisher's label
+                h = self._known_hash(namespace, track, gid, per_group.get(gid, set()))
+            per_group.setdefault(gid, set()).add(node_id)
             if h is not None:
                 old = st.hashes.get((namespace, track, gid))
                 if old is not None and old != h:
@@ -194,6 +198,16 @@ class Directory:
             "hashes": len(self._by_hash),
             "tracks": len(self._by_track),
         }
+
+    def _known_hash(
+        self, namespace: Namespace, track: bytes, gid: int, holders: set[str]
+    ) -> bytes | None:
+        for other in holders:
+            st = self._nodes.get(other)
+            h = None if st is None else st.hashes.get((namespace, track, gid))
+            if h is not None:
+                return h
+        return None
 
     def _unhash(self, h: bytes, loc: Location) -> None:
         locs = self._by_hash.get(h)

@@ -73,6 +73,9 @@ class RelayError(Exception):
         self.error_code = error_code
         self.reason = reason
 
+    def __reduce__(self) -> tuple[type[RelayError], tuple[int, str]]:
+        return (RelayError, (self.error_code, self.reason))  # crosses Ray task boundaries
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ObjectReceived:
@@ -532,15 +535,17 @@ class Relay:
         up = self._publisher_for(namespace)
         if up is not None:
             return up
+        failures = []
         if self.directory is not None and self._connect is not None:
             for info in await self.directory.locate(namespace, track):
                 if info.node_id == self.node_id:
                     continue
                 try:
                     return await self._connect(info)
-                except (OSError, ConnectionError, TimeoutError, RelayError):
-                    continue
-        raise RelayError(TRACK_DOES_NOT_EXIST, "track not found on any relay")
+                except Exception as exc:  # any peer failure: try the next holder
+                    failures.append(f"{info.host}:{info.port}: {exc!r}")
+        why = f" (peers failed: {'; '.join(failures)})" if failures else ""
+        raise RelayError(TRACK_DOES_NOT_EXIST, "track not found on any relay" + why)
 
     async def _ensure_upstream(self, ns: Namespace, track: bytes, live: _Live) -> None:
         if live.ready is not None:

@@ -46,3 +46,12 @@ def test_a_group_relabelled_with_a_new_hash_drops_the_old_one() -> None:
     d.add_groups("A", NS, b"FP16", [0], hashes={0: b"new"})
     assert d.lookup_hash(b"old") == []
     assert len(d.lookup_hash(b"new")) == 1
+
+
+def test_a_puller_inherits_the_publishers_hash() -> None:
+    d = Directory()
+    d.add_groups("A", NS, b"FP16", [0], hashes={0: b"h0"})
+    d.add_groups("B", NS, b"FP16", [0])
+    assert [loc.node_id for loc in d.lookup_hash(b"h0")] == ["A", "B"]
+    d.remove_node("A")
+    assert [loc.node_id for loc in d.lookup_hash(b"h0")] == ["B"]

@@ -1,0 +1,289 @@
+"""Relays on the shared three-node Ray cluster talking MoQT to each other (cluster CA + tokens).
+
+Node A = 127.0.0.2, node B = 127.0.0.3. Bytes between nodes move only over MoQT: B's readers
+get refs owned by B's relay, filled by its (single) upstream session to A.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+NS = ["moq://kvcache.moq.arpa/v1/", "m", "cross"]
+BUDGET = 24 << 20
+
+
+def _actors() -> Any:
+    import ray
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+    @ray.remote(num_cpus=0)
+    class Reader:
+        """A consumer on one node (a decode replica's stand-in)."""
+
+        async def groups(self, relay: Any, ns: list[str], track: str, n: int) -> list[bytes]:
+            from ray_kvmoq.relay.packed import unpack_group
+
+            out = []
+            for g in range(n):
+                packed = await (await relay.get_group_ref.remote(ns, track, g))
+                out.append(b"".join(bytes(o.payload) for o in unpack_group(packed)))
+            return out
+
+        async def follow(self, relay: Any, ns: list[str], track: str) -> list[Any]:
+            from ray_kvmoq.relay.packed import unpack_group
+
+            got: list[Any] = []
+            try:
+                async for ref in relay.subscribe_groups.remote(ns, track):
+                    item = await ref
+                    if "ref" in item:
+                        packed = await item["ref"]
+                        got.append(
+                            (item["group_id"], sum(len(o.payload) for o in unpack_group(packed)))
+                        )
+                    else:
+                        got.append("end")
+            except Exception as exc:
+                got.append(("error", type(exc).__name__, str(exc)[:200]))
+            return got
+
+    return Reader
+
+
+def _pin(cls: Any, node_id: str, **kw: Any) -> Any:
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return cls.options(
+        num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)
+    ).remote(**kw)
+
+
+@pytest.fixture(scope="module")
+def cluster_relays(ray_cluster: Any) -> Iterator[dict[str, Any]]:
+    import ray
+
+    from ray_kvmoq.relay.actor import get_directory, start_relays
+    from ray_kvmoq.relay.network import ClusterSecurity
+
+    security = ClusterSecurity.generate()
+    a, b = ray_cluster.node_ids["127.0.0.2"], ray_cluster.node_ids["127.0.0.3"]
+    relays = start_relays(node_ids=[a, b], budget_bytes=BUDGET, security=security)
+    Reader = _actors()
+    readers = {"A": _pin(Reader, a), "B": _pin(Reader, b)}
+    try:
+        yield {
+            "A": relays[a],
+            "B": relays[b],
+            "node_a": a,
+            "node_b": b,
+            "security": security,
+            "readers": readers,
+            "Reader": Reader,
+            "directory": get_directory(),
+        }
+    finally:
+        for h in [*relays.values(), *readers.values()]:
+            ray.kill(h)
+
+
+def _publish(relay: Any, track: str, groups: list[list[bytes]], *, end: bool = True) -> None:
+    import ray
+
+    for g, objs in enumerate(groups):
+        last = end and g == len(groups) - 1
+        ray.get(
+            relay.publish_group.remote(
+                NS, track, g, objs, end_of_track=last, chunk_hash=f"{track}:{g}".encode()
+            ),
+            timeout=60,
+        )
+    ray.get(relay.flush_directory.remote(), timeout=30)
+
+
+def _payloads(track: str, n: int, per: int, size: int) -> list[list[bytes]]:
+    import random
+
+    rng = random.Random(track)
+    return [[rng.randbytes(size) for _ in range(per)] for _ in range(n)]
+
+
+def test_track_published_on_a_is_read_on_b_bit_for_bit(cluster_relays: dict[str, Any]) -> None:
+    import ray
+
+    A, B = cluster_relays["A"], cluster_relays["B"]
+    groups = _payloads("bits", 4, 3, 300_000)
+    _publish(A, "bits", groups)
+    got = ray.get(cluster_relays["readers"]["B"].groups.remote(B, NS, "bits", 4), timeout=120)
+    assert got == [b"".join(g) for g in groups]
+    st = ray.get(B.stats.remote(), timeout=30)
+    assert st["upstream_bytes"] == sum(len(p) for g in groups for p in g)
+    assert st["upstream_fetches"] == 4
+    ray.get(B.flush_directory.remote(), timeout=30)
+    d = cluster_relays["directory"]
+    where = ray.get(d.lookup_hash.remote(b"bits:2"), timeout=30)
+    assert sorted(loc.node_id for loc in where) == sorted(
+        [cluster_relays["node_a"], cluster_relays["node_b"]]
+    )
+
+
+def test_eight_subscribers_on_b_cause_one_upstream_transfer(cluster_relays: dict[str, Any]) -> None:
+    import ray
+
+    A, B = cluster_relays["A"], cluster_relays["B"]
+    groups = _payloads("fan", 4, 2, 100_000)
+    before = ray.get(B.stats.remote(), timeout=30)
+    _publish(A, "fan", groups[:1], end=False)  # the track exists; more groups come live
+    subs = [_pin(cluster_relays["Reader"], cluster_relays["node_b"]) for _ in range(8)]
+    try:
+        futs = [s.follow.remote(B, NS, "fan") for s in subs]
+        time.sleep(1.0)
+        for g in range(1, 4):
+            ray.get(
+                A.publish_group.remote(NS, "fan", g, groups[g], end_of_track=g == 3), timeout=60
+            )
+        results = ray.get(futs, timeout=120)
+    finally:
+        for s in subs:
+            ray.kill(s)
+    want = [(g, 200_000) for g in range(4)]
+    for r in results:  # groups travel on separate streams: completion order may differ
+        assert sorted(r[:-1]) == want and r[-1] == "end", r
+    after = ray.get(B.stats.remote(), timeout=30)
+    track_bytes = sum(len(p) for g in groups for p in g)
+    assert after["upstream_bytes"] - before["upstream_bytes"] == track_bytes
+    assert after["upstream_subscriptions"] - before["upstream_subscriptions"] == 1
+
+
+def test_eviction_under_a_small_budget_updates_the_directory(
+    cluster_relays: dict[str, Any],
+) -> None:
+    import ray
+
+    A = cluster_relays["A"]
+    groups = _payloads("evict", 6, 1, 6 << 20)  # 36 MiB through a 24 MiB budget
+    _publish(A, "evict", groups)
+    look = ray.get(A.lookup.remote(NS, "evict"), timeout=30)
+    assert 5 in look["groups"] and 0 not in look["groups"]
+    st = ray.get(A.stats.remote(), timeout=30)
+    assert st["evictions"] >= 2 and st["bytes_cached"] <= BUDGET
+    d = cluster_relays["directory"]
+    assert ray.get(d.lookup_hash.remote(b"evict:0"), timeout=30) == []
+    assert [loc.group_id for loc in ray.get(d.lookup_hash.remote(b"evict:5"), timeout=30)] == [5]
+
+
+def test_wrong_or_expired_token_is_refused(cluster_relays: dict[str, Any]) -> None:
+    import ray
+
+    from ray_kvmoq.moqt import api
+    from ray_kvmoq.moqt.aio import TransportConfig
+    from ray_kvmoq.moqt.messages import AuthToken, Location
+    from ray_kvmoq.moqt.session_core import SessionConfig
+    from ray_kvmoq.moqt.types import TokenAliasType
+    from ray_kvmoq.relay.auth import TokenSigner
+
+    sec = cluster_relays["security"]
+    info = ray.get(cluster_relays["A"].address.remote(), timeout=30)
+    now = time.time()
+    good = sec.peer_token(now)
+    expired = sec.signer().issue("x", subscribe=[[]], now=now - 7200, ttl_s=60)
+    forged = TokenSigner(sec.signing_key_id, b"f" * 32).issue("x", subscribe=[[]], now=now)
+    other_tenant = sec.signer().issue("t2", subscribe=[["tenant-2"]], now=now)
+    tls = TransportConfig(cadata=sec.ca_cert_pem)  # verifies the relay against the cluster CA
+
+    def cfg(tok: bytes) -> SessionConfig:
+        return SessionConfig(
+            auth_tokens=(AuthToken(alias_type=TokenAliasType.USE_VALUE, token_type=0, value=tok),)
+        )
+
+    async def session_code(tok: bytes) -> int:
+        async with api.connect(
+            f"moqt://{info.host}:{info.port}", transport=tls, session_config=cfg(tok), timeout=5
+        ) as c:
+            return (await asyncio.wait_for(c.wait_closed(), 5)).error_code
+
+    async def request_code(tok: bytes) -> int:
+        async with api.connect(
+            f"moqt://{info.host}:{info.port}", transport=tls, session_config=cfg(tok), timeout=5
+        ) as c:
+            try:
+                await c.fetch(
+                    tuple(x.encode() for x in NS), b"bits", start=Location(0, 0), end=Location(1, 0)
+                )
+            except api.RequestError as exc:
+                return exc.error_code
+            return -1
+
+    async def good_read() -> int:
+        async with api.connect(
+            f"moqt://{info.host}:{info.port}", transport=tls, session_config=cfg(good), timeout=5
+        ) as c:
+            stream = await c.fetch(
+                tuple(x.encode() for x in NS), b"bits", start=Location(0, 0), end=Location(0, 0)
+            )
+            return sum([len(o.payload) async for o in stream])
+
+    async def run() -> tuple[int, int, int, int]:
+        return (
+            await session_code(expired),
+            await session_code(forged),
+            await request_code(other_tenant),
+            await good_read(),
+        )
+
+    assert asyncio.run(asyncio.wait_for(run(), 60)) == (0x18, 0x2, 0x1, 900_000)
+
+
+def test_relay_killed_mid_transfer_errors_subscribers_and_leaves_directory(
+    cluster_relays: dict[str, Any],
+) -> None:
+    import ray
+
+    from ray_kvmoq.relay.actor import RelayActor
+
+    node_a = cluster_relays["node_a"]
+    victim = _pin(
+        RelayActor,
+        node_a,
+        budget_bytes=BUDGET,
+        directory=cluster_relays["directory"],
+        relay_id=f"{node_a}/victim",
+        network={"security": cluster_relays["security"]},
+    )
+    B = cluster_relays["B"]
+    subs = [_pin(cluster_relays["Reader"], cluster_relays["node_b"]) for _ in range(2)]
+    try:
+        ray.get(victim.start.remote(), timeout=60)
+        _publish(victim, "doomed", _payloads("doomed", 2, 1, 50_000), end=False)
+        futs = [s.follow.remote(B, NS, "doomed") for s in subs]
+        time.sleep(1.5)
+        ray.kill(victim)
+        t0 = time.monotonic()
+        results = ray.get(futs, timeout=60)
+        elapsed = time.monotonic() - t0
+        for r in results:
+            assert r[:2] == [(0, 50_000), (1, 50_000)]
+            assert r[-1][0] == "error", r
+        assert elapsed < 30  # bounded by the QUIC idle timeout (5 s) plus scheduling
+        d = cluster_relays["directory"]
+        deadline = time.monotonic() + 20
+        while f"{node_a}/victim" in [n.node_id for n in ray.get(d.nodes.remote(), timeout=10)]:
+            assert time.monotonic() < deadline, "the directory kept the dead relay"
+            time.sleep(0.2)
+        assert ray.get(d.lookup_hash.remote(b"doomed:0"), timeout=10) == [] or all(
+            loc.node_id != f"{node_a}/victim"
+            for loc in ray.get(d.lookup_hash.remote(b"doomed:0"), timeout=10)
+        )
+    finally:
+        for s in subs:
+            ray.kill(s)
+        ray.kill(victim)
