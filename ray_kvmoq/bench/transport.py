@@ -89,21 +89,22 @@ def _tcp_sub(conn: Any, work: Workload) -> None:
             peer.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
             buf = bytearray(1 << 20)
             view = memoryview(buf)
-            got, start = 0, 0.0
+            got, meter = 0, _Meter()
             while got < work.total:
                 n = peer.recv_into(view)
                 if n == 0:
                     break
                 if got == 0:
-                    start = time.perf_counter()
+                    meter.start()
                 got += n
-            conn.send((got, time.perf_counter() - start))
+            conn.send((got, *meter.stop()))
 
 
-def _tcp_pub(port: int, work: Workload) -> None:
+def _tcp_pub(port: int, work: Workload, meter: _Meter) -> None:
     payload = os.urandom(work.object_size)
     with socket.create_connection(("127.0.0.1", port)) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        meter.start()
         for _ in range(work.groups * OBJECTS_PER_GROUP):
             sock.sendall(payload)
 
@@ -114,16 +115,18 @@ def _tcp_pub(port: int, work: Workload) -> None:
 async def _quic_sub_async(conn: Any, work: Workload, variant: Variant, tls: dict[str, Any]) -> None:
     from aioquic.quic import events
 
-    state = {"got": 0, "start": 0.0}
+    state = {"got": 0}
+    meter = _Meter()
     done = asyncio.Event()
 
     def on_connection(protocol: FastQuicProtocol) -> None:
         def on_event(event: events.QuicEvent) -> None:
             if isinstance(event, events.StreamDataReceived):
                 if state["got"] == 0:
-                    state["start"] = time.perf_counter()
+                    meter.start()
                 state["got"] += len(event.data)
                 if state["got"] >= work.total:
+                    meter.stop()
                     done.set()
             elif isinstance(event, events.ConnectionTerminated):
                 done.set()
@@ -135,14 +138,17 @@ async def _quic_sub_async(conn: Any, work: Workload, variant: Variant, tls: dict
     )
     conn.send(listener.port)
     await done.wait()
-    conn.send((state["got"], time.perf_counter() - state["start"]))
+    conn.send((state["got"], *meter.stop()))
     listener.close()
 
 
-async def _quic_pub_async(port: int, work: Workload, variant: Variant, tls: dict[str, Any]) -> None:
+async def _quic_pub_async(
+    port: int, work: Workload, variant: Variant, tls: dict[str, Any], meter: _Meter
+) -> None:
     payload = os.urandom(work.object_size)
     async with connect_quic("127.0.0.1", port, config=variant.transport(**tls)) as proto:
         quic = proto.quic
+        meter.start()
         for _ in range(work.groups):
             sid = quic.get_next_available_stream_id(is_unidirectional=True)
             for i in range(OBJECTS_PER_GROUP):
@@ -151,6 +157,7 @@ async def _quic_pub_async(port: int, work: Workload, variant: Variant, tls: dict
                 await proto.drain(4 << 20)
         with contextlib.suppress(ConnectionError):  # the subscriber hangs up when it has it all
             await proto.drain(0)
+        meter.stop()
 
 
 # --------------------------------------------------------------------------- full MoQT stack
@@ -164,7 +171,8 @@ _TRACK = "kv"
 async def _moqt_sub_async(conn: Any, work: Workload, variant: Variant, tls: dict[str, Any]) -> None:
     from ray_kvmoq.moqt import api
 
-    state = {"got": 0, "start": 0.0, "end": 0.0}
+    state = {"got": 0}
+    meter = _Meter()
     done = asyncio.Event()
 
     class Sink(api.SessionHandler):
@@ -177,10 +185,10 @@ async def _moqt_sub_async(conn: Any, work: Workload, variant: Variant, tls: dict
             sub = await session.subscribe(_NAMESPACE, _TRACK)
             async for obj in sub:
                 if state["got"] == 0:
-                    state["start"] = time.perf_counter()
+                    meter.start()
                 state["got"] += len(obj.payload)
                 if state["got"] >= work.total:
-                    state["end"] = time.perf_counter()
+                    meter.stop()
                     done.set()
 
     server = await api.serve(
@@ -188,12 +196,14 @@ async def _moqt_sub_async(conn: Any, work: Workload, variant: Variant, tls: dict
     )
     conn.send(server.port)
     await done.wait()
-    conn.send((state["got"], state["end"] - state["start"]))
+    conn.send((state["got"], *meter.stop()))
     await asyncio.sleep(0.2)  # let the final ACKs out before the publisher's PUBLISH_DONE
     server.close()
 
 
-async def _moqt_pub_async(port: int, work: Workload, variant: Variant, tls: dict[str, Any]) -> None:
+async def _moqt_pub_async(
+    port: int, work: Workload, variant: Variant, tls: dict[str, Any], meter: _Meter
+) -> None:
     from ray_kvmoq.moqt import api
 
     payload = os.urandom(work.object_size)
@@ -204,10 +214,12 @@ async def _moqt_pub_async(port: int, work: Workload, variant: Variant, tls: dict
         await s.publish_namespace(_NAMESPACE)
         await track.wait_subscribers(1, timeout=30)
         objects = [payload] * OBJECTS_PER_GROUP
+        meter.start()
         with contextlib.suppress(api.SessionClosed):
             for group in range(work.groups):
                 await track.publish_group(group, objects)
-            await track.finish()
+            await track.finish()  # returns once the subscriber acknowledged everything
+            meter.stop()
             await s.wait_closed()
 
 
@@ -223,22 +235,37 @@ def _sub_main(conn: Any, work: Workload, variant: Variant, tls: dict[str, Any]) 
         asyncio.run(_moqt_sub_async(conn, work, variant, tls))
 
 
-def _pub_main(port: int, work: Workload, variant: Variant, tls: dict[str, Any]) -> None:
+def _pub_main(port: int, work: Workload, variant: Variant, tls: dict[str, Any], conn: Any) -> None:
+    meter = _Meter()
     if variant.path == "tcp":
-        _tcp_pub(port, work)
+        _tcp_pub(port, work, meter)
     elif variant.path == "quic":
-        asyncio.run(_quic_pub_async(port, work, variant, tls))
+        asyncio.run(_quic_pub_async(port, work, variant, tls, meter))
     else:
-        asyncio.run(_moqt_pub_async(port, work, variant, tls))
+        asyncio.run(_moqt_pub_async(port, work, variant, tls, meter))
+    conn.send(meter.stop()[1])
 
 
-def run_variant(work: Workload, variant: Variant, *, timeout: float = 120.0) -> float:
-    """Move ``work`` along ``variant`` between two fresh processes; return MB/s (10^6 B/s)."""
+@dataclass(frozen=True, kw_only=True)
+class Measurement:
+    """One run of one row."""
+
+    mb_s: float
+    """Payload MB/s (10^6 B/s) at the subscriber, first byte to last."""
+    sub_cpu_ms_per_mb: float
+    """Subscriber process CPU time per MB moved (user + system)."""
+    pub_cpu_ms_per_mb: float
+    """Publisher process CPU time per MB moved."""
+
+
+def run_variant(work: Workload, variant: Variant, *, timeout: float = 120.0) -> Measurement:
+    """Move ``work`` along ``variant`` between two fresh processes and measure it."""
     ctx = multiprocessing.get_context("spawn")
     leaf = self_signed()
     server_tls = {"cert_pem": leaf.cert_pem, "key_pem": leaf.key_pem}
     client_tls = {"cadata": leaf.ca_pem}
     parent, child = ctx.Pipe()
+    pub_parent, pub_child = ctx.Pipe()
     sub = ctx.Process(target=_sub_main, args=(child, work, variant, server_tls), daemon=True)
     sub.start()
     pub = None
@@ -246,14 +273,22 @@ def run_variant(work: Workload, variant: Variant, *, timeout: float = 120.0) -> 
         if not parent.poll(30):
             raise RuntimeError(f"{variant.name}: subscriber did not start")
         port = parent.recv()
-        pub = ctx.Process(target=_pub_main, args=(port, work, variant, client_tls), daemon=True)
+        pub = ctx.Process(
+            target=_pub_main, args=(port, work, variant, client_tls, pub_child), daemon=True
+        )
         pub.start()
         if not parent.poll(timeout):
             raise RuntimeError(f"{variant.name}: no result within {timeout:.0f} s")
-        got, seconds = parent.recv()
+        got, seconds, sub_cpu = parent.recv()
         if got < work.total:
             raise RuntimeError(f"{variant.name}: received {got} of {work.total} bytes")
-        return float(got / seconds / 1e6)
+        pub_cpu = pub_parent.recv() if pub_parent.poll(30) else float("nan")
+        mb = got / 1e6
+        return Measurement(
+            mb_s=mb / seconds,
+            sub_cpu_ms_per_mb=1000 * sub_cpu / mb,
+            pub_cpu_ms_per_mb=1000 * pub_cpu / mb,
+        )
     finally:
         for proc in (pub, sub):
             if proc is not None:
@@ -261,6 +296,23 @@ def run_variant(work: Workload, variant: Variant, *, timeout: float = 120.0) -> 
                 if proc.is_alive():
                     proc.terminate()
                     proc.join(5)
+
+
+class _Meter:
+    """Wall and process-CPU time between ``start`` and the first ``stop``."""
+
+    def __init__(self) -> None:
+        self._t0 = self._c0 = 0.0
+        self._result: tuple[float, float] | None = None
+
+    def start(self) -> None:
+        self._t0, self._c0 = time.perf_counter(), time.process_time()
+
+    def stop(self) -> tuple[float, float]:
+        """(wall seconds, CPU seconds); later calls return the first result."""
+        if self._result is None:
+            self._result = (time.perf_counter() - self._t0, time.process_time() - self._c0)
+        return self._result
 
 
 LEVER_ROWS: tuple[Variant, ...] = (
@@ -322,10 +374,20 @@ def transport(
         work = Workload(object_size=size, groups=_groups_for(size, mb))
         for variant in rows:
             click.echo(f"[{size} B objects] {variant.name} ...", err=True, nl=False)
-            runs = sorted(run_variant(work, variant) for _ in range(max(1, repeat)))
-            mbs = runs[len(runs) // 2]
-            click.echo(" " + ", ".join(f"{r:,.1f}" for r in runs) + " MB/s", err=True)
-            results.append({"object_size": size, **asdict(variant), "mb_s": round(mbs, 1)})
+            runs = sorted(
+                (run_variant(work, variant) for _ in range(max(1, repeat))), key=lambda m: m.mb_s
+            )
+            median = runs[len(runs) // 2]
+            click.echo(" " + ", ".join(f"{r.mb_s:,.1f}" for r in runs) + " MB/s", err=True)
+            results.append(
+                {
+                    "object_size": size,
+                    **asdict(variant),
+                    "mb_s": round(median.mb_s, 1),
+                    "sub_cpu_ms_per_mb": round(median.sub_cpu_ms_per_mb, 2),
+                    "pub_cpu_ms_per_mb": round(median.pub_cpu_ms_per_mb, 2),
+                }
+            )
     summary = _summary(results)
     if as_json:
         click.echo(json.dumps({**summary, "rows": results}))
@@ -349,10 +411,15 @@ def _summary(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _print_table(results: list[dict[str, Any]], summary: dict[str, Any]) -> None:
-    click.echo(f"{'object':>8}  {'row':<40} {'datagram':>8} {'MB/s':>9}")
+    click.echo(
+        f"{'object':>8}  {'row':<36} {'datagram':>8} {'MB/s':>9} {'sub ms/MB':>10} {'pub ms/MB':>10}"
+    )
     for r in results:
         dg = "-" if r["path"] == "tcp" else str(r["datagram"])
-        click.echo(f"{r['object_size']:>8}  {r['name']:<40} {dg:>8} {r['mb_s']:>9,.1f}")
+        click.echo(
+            f"{r['object_size']:>8}  {r['name']:<36} {dg:>8} {r['mb_s']:>9,.1f}"
+            f" {r['sub_cpu_ms_per_mb']:>10.2f} {r['pub_cpu_ms_per_mb']:>10.2f}"
+        )
     click.echo(
         f"\n{summary['object_size']} B objects: MoQT best {summary['moqt_mb_s']:,.1f} MB/s, "
         f"≤9000 B datagrams {summary['moqt_mb_s_9000']:,.1f} MB/s, TCP {summary['tcp_mb_s']:,.1f}"
@@ -360,7 +427,15 @@ def _print_table(results: list[dict[str, Any]], summary: dict[str, Any]) -> None
     )
 
 
-__all__ = ["LEVER_ROWS", "MOQT_ROWS", "Variant", "Workload", "run_variant", "transport"]
+__all__ = [
+    "LEVER_ROWS",
+    "MOQT_ROWS",
+    "Measurement",
+    "Variant",
+    "Workload",
+    "run_variant",
+    "transport",
+]
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(transport())
