@@ -254,7 +254,7 @@ class DataStreamParser:
             raise
 
     def _feed(self, data: bytes, events: list[DataEvent]) -> None:
-        src: bytes | bytearray | memoryview = data
+        src: bytes | memoryview = data
         need = self._need
         if need:
             size = len(data)
@@ -270,13 +270,20 @@ class DataStreamParser:
             src = memoryview(data)[need:]
         if not src:
             return
-        if self._buf:
-            self._buf += src
-            src = self._buf
-        pos = self._parse(src, events)
-        if src is self._buf:
-            del self._buf[:pos]
-        elif pos < len(src):
+        buf = self._buf
+        if buf:
+            # Complete a buffered object header: parse through a view of our own buffer so each
+            # object is copied once; the view is released before the buffer is resized.
+            buf += src
+            view = memoryview(buf)
+            try:
+                pos = self._parse(view, events, mutable=True)
+            finally:
+                view.release()
+            del buf[:pos]
+            return
+        pos = self._parse(src, events, mutable=False)
+        if pos < len(src):
             self._buf = bytearray(src[pos:])
 
     def _complete_pending(self, events: list[DataEvent]) -> None:
@@ -298,8 +305,11 @@ class DataStreamParser:
             )
         )
 
-    def _parse(self, src: bytes | bytearray | memoryview, events: list[DataEvent]) -> int:
-        """Parse as much of ``src`` as possible; return the offset of the first unused byte."""
+    def _parse(self, src: bytes | memoryview, events: list[DataEvent], *, mutable: bool) -> int:
+        """Parse as much of ``src`` as possible; return the offset of the first unused byte.
+
+        ``mutable``: ``src`` views our own buffer, so partial payloads must be copied out.
+        """
         pos = 0
         if self._header is None:
             try:
@@ -333,7 +343,7 @@ class DataStreamParser:
                 pos = stop
                 continue
             # Payload spans chunks: keep a reference (or a copy of our own mutable buffer).
-            first = bytes(src[hdr_end:end]) if src is self._buf else memoryview(src)[hdr_end:end]
+            first = bytes(src[hdr_end:end]) if mutable else memoryview(src)[hdr_end:end]
             self._parts = [first] if avail else []
             self._need = payload_len - avail
             self._pending = fields
