@@ -203,6 +203,7 @@ def inspect(address: str | None, as_json: bool) -> None:
 
     from ray_kvmoq.relay.actor import DIRECTORY_NAME, relay_name
     from ray_kvmoq.serving.costmodel import default_costs_path, load_figures
+    from ray_kvmoq.serving.relayplane import RAY_NAMESPACE
 
     fig = load_figures()
     out: dict[str, Any] = {
@@ -214,7 +215,7 @@ def inspect(address: str | None, as_json: bool) -> None:
     try:
         ray.init(
             address=address or os.environ.get("RAY_ADDRESS", "auto"),
-            namespace="serve",
+            namespace=RAY_NAMESPACE,
             log_to_driver=False,
         )
     except Exception as exc:

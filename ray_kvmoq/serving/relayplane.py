@@ -26,11 +26,12 @@ from typing import Any
 
 import numpy as np
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ray_kvmoq.kvcache.integrity import KV_DIGEST_EXTENSION, attach_digest, verify
 from ray_kvmoq.kvcache.layout import KVGeometry
 from ray_kvmoq.kvcache.registry import get_codec
-from ray_kvmoq.relay.actor import relay_name, start_relays
+from ray_kvmoq.relay.actor import DIRECTORY_NAME, DirectoryActor, RelayActor, relay_name
 from ray_kvmoq.relay.cache import CachedObject
 from ray_kvmoq.relay.packed import unpack_group
 
@@ -38,6 +39,10 @@ from .kvplane import FetchResult, KVPlane, LocalKVPlane, Namespace, short_hash
 
 log = logging.getLogger(__name__)
 
+RAY_NAMESPACE = "kvmoq"
+"""Ray namespace of the relays and the directory, whichever driver deployed the app (Serve
+replicas otherwise create named actors in the deploying job's random namespace, where
+``kvmoq inspect`` and a second app could not find them)."""
 _RETRY_S = 0.05
 _MAX_TRACKED = 65536
 
@@ -66,8 +71,8 @@ class RelayKVPlane(KVPlane):
         """Find or start this node's relay (and the directory); a local plane if that fails."""
         node_id = str(ray.get_runtime_context().get_node_id())
         try:
-            handles = start_relays(node_ids=[node_id], budget_bytes=budget_bytes)
-            return cls(handles[node_id], node_id, codec=codec, budget_bytes=budget_bytes)
+            relay = start_node_relay(node_id, budget_bytes)
+            return cls(relay, node_id, codec=codec, budget_bytes=budget_bytes)
         except Exception as exc:  # no relay: keep serving, reuse stays within this process
             log.warning("relay on node %s unavailable (%s); using process-local KV", node_id, exc)
             return LocalKVPlane(budget_bytes=budget_bytes)
@@ -84,13 +89,10 @@ class RelayKVPlane(KVPlane):
             return False
         self._revive_after = now + 5.0
         try:
-            handles = await asyncio.to_thread(
-                start_relays, node_ids=[self.node_id], budget_bytes=self.budget_bytes
-            )
+            self._relay = await asyncio.to_thread(start_node_relay, self.node_id, self.budget_bytes)
         except Exception as exc:
             log.warning("cannot restart the relay on %s: %s", self.node_id, exc)
             return False
-        self._relay = handles[self.node_id]
         self._held.clear()  # the new relay holds nothing
         return True
 
@@ -248,6 +250,26 @@ class RelayKVPlane(KVPlane):
         self._held.move_to_end(h)
         while len(self._held) > _MAX_TRACKED:
             self._held.popitem(last=False)
+
+
+def start_node_relay(node_id: str, budget_bytes: int, timeout_s: float = 60.0) -> Any:
+    """Find or start the relay of ``node_id`` (and the directory) in :data:`RAY_NAMESPACE`.
+
+    Synchronous (call it from a replica's constructor or a worker thread). Mirrors
+    ``relay.actor.start_relays``, which has no namespace parameter.
+    """
+    directory = DirectoryActor.options(  # type: ignore[attr-defined]
+        name=DIRECTORY_NAME, namespace=RAY_NAMESPACE, get_if_exists=True, num_cpus=0
+    ).remote()
+    relay = RelayActor.options(  # type: ignore[attr-defined]
+        name=relay_name(node_id),
+        namespace=RAY_NAMESPACE,
+        get_if_exists=True,
+        num_cpus=0,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+    ).remote(budget_bytes=budget_bytes, directory=directory)
+    ray.get(relay.start.remote(), timeout=timeout_s)
+    return relay
 
 
 def _geometry(payload: bytes) -> KVGeometry:
