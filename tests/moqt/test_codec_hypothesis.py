@@ -78,7 +78,7 @@ from ray_kvmoq.moqt.types import (
 from ray_kvmoq.moqt.wire import decode_varint
 from tests.moqt.test_vectors import CONTROL_VECTORS, DATAGRAM_VECTORS, STREAM_VECTORS
 
-FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 varints = st.one_of(st.integers(0, 63), st.integers(0, 20000), st.integers(0, MAX_VARINT))
 u8 = st.integers(0, 255)
@@ -514,7 +514,7 @@ def datagrams(draw: Any) -> ObjectDatagram:
     )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(dgram=datagrams())
 def test_datagram_round_trip(dgram: ObjectDatagram) -> None:
     wire = encode_datagram(dgram, version=DRAFT_14)
@@ -585,7 +585,7 @@ def fuzz_inputs(draw: Any) -> bytes:
 CONTROL_BOUND = 1 + 8 + 2 + 65535
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=250, deadline=None)
 @given(data=fuzz_inputs(), cuts=st.lists(st.integers(0, 300), max_size=5), fin=st.booleans())
 def test_fuzz_control_parser(data: bytes, cuts: list[int], fin: bool) -> None:
     parser = ControlStreamParser(allow_empty_namespace_prefix=True)
@@ -598,7 +598,7 @@ def test_fuzz_control_parser(data: bytes, cuts: list[int], fin: bool) -> None:
         pass
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=250, deadline=None)
 @given(data=fuzz_inputs(), cuts=st.lists(st.integers(0, 300), max_size=5), fin=st.booleans())
 def test_fuzz_data_parser(data: bytes, cuts: list[int], fin: bool) -> None:
     parser = DataStreamParser(max_object_size=4096, max_extensions_size=1024)
@@ -611,7 +611,7 @@ def test_fuzz_data_parser(data: bytes, cuts: list[int], fin: bool) -> None:
         pass
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(data=fuzz_inputs(), msg_type=st.sampled_from([*MESSAGE_CLASSES, 0x01, 0x40]))
 def test_fuzz_decoders(data: bytes, msg_type: int) -> None:
     for decode in (
