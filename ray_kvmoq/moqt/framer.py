@@ -156,12 +156,12 @@ def encode_control(msg: Message, *, version: int = DRAFT_14) -> bytes:
             65535 bytes.
     """
     _check_version(version)
-    msg_type = getattr(type(msg), "TYPE", None)
-    encoder = _ENCODERS.get(msg_type) if msg_type is not None else None
-    if encoder is None or MESSAGE_CLASSES[msg_type] is not type(msg):  # type: ignore[index]
+    msg_type: MessageType | None = getattr(type(msg), "TYPE", None)
+    if msg_type is None or MESSAGE_CLASSES.get(msg_type) is not type(msg):
         raise LocalProtocolError(f"not a control message: {type(msg).__name__}")
+    encoder = _ENCODERS[msg_type]
     w = Writer()
-    w.varint(msg_type)  # type: ignore[arg-type]
+    w.varint(msg_type)
     at = len(w.buf)
     w.buf += b"\x00\x00"
     try:
