@@ -66,6 +66,8 @@ class Variant:
     """4-byte STREAM frame lengths."""
     pacing: bool = False
     """aioquic's packet pacer."""
+    gso: bool = True
+    """UDP GSO on the sender."""
 
     def transport(self, **tls: Any) -> TransportConfig:
         """The QUIC settings of this row."""
@@ -74,6 +76,7 @@ class Variant:
             batch_receive=self.batch,
             wide_stream_frames=self.wide,
             pacing=self.pacing,
+            gso=self.gso,
             **tls,
         )
 
@@ -316,16 +319,20 @@ class _Meter:
 
 
 LEVER_ROWS: tuple[Variant, ...] = (
-    Variant(name="quic stock-like 1452", path="quic", batch=False, wide=False, pacing=True),
+    Variant(
+        name="quic stock-like 1452", path="quic", batch=False, wide=False, pacing=True, gso=False
+    ),
     Variant(name="quic +batch 1452", path="quic", wide=False, pacing=True),
     Variant(name="quic +batch 9000 (paced)", path="quic", datagram=9000, pacing=True),
     Variant(name="quic +batch -pacing 9000", path="quic", datagram=9000),
+    Variant(name="quic +batch -pacing -gso 9000", path="quic", datagram=9000, gso=False),
     Variant(name="quic -batch -pacing 9000", path="quic", datagram=9000, batch=False),
     Variant(name="quic +batch -pacing 16384 narrow", path="quic", datagram=16384, wide=False),
     Variant(name="quic +batch -pacing +wide 32000", path="quic", datagram=32000),
     Variant(name="quic -batch -pacing +wide 60000", path="quic", datagram=60000, batch=False),
     Variant(name="quic +batch +wide 60000 (paced)", path="quic", datagram=60000, pacing=True),
     Variant(name="quic +batch -pacing +wide 60000", path="quic", datagram=60000),
+    Variant(name="quic +batch -pacing +wide -gso 60000", path="quic", datagram=60000, gso=False),
 )
 MOQT_ROWS: tuple[Variant, ...] = (
     Variant(name="moqt 9000 B datagrams", path="moqt", datagram=9000),

@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 import socket
 import ssl
+import struct
 import types
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -83,6 +84,9 @@ class TransportConfig:
     """Write STREAM frame lengths as 4-byte varints (needed above ~16 KB datagrams)."""
     batch_receive: bool = True
     """Drain all waiting datagrams before processing events and transmitting once."""
+    gso: bool = True
+    """Send runs of equal-size datagrams with one ``sendmsg`` (Linux UDP_SEGMENT), where the
+    kernel supports it; otherwise one ``sendto`` per datagram."""
     max_receive_batch: int = 64
     """Most datagrams read per batch."""
     socket_buffer: int = 4 << 20
@@ -255,6 +259,7 @@ class FastQuicProtocol(QuicConnectionProtocol):
         self._peer_udp_limit: list[int] = []
         self._drain_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._sock: socket.socket | None = None
+        self._send_sock: socket.socket | None = None
         if config.wide_stream_frames:
             setattr(  # noqa: B010
                 quic, "_write_stream_frame", types.MethodType(_write_stream_frame_wide, quic)
@@ -278,9 +283,12 @@ class FastQuicProtocol(QuicConnectionProtocol):
         """Whether the connection has terminated."""
         return self._closed.is_set()
 
-    def attach_socket(self, sock: socket.socket) -> None:
-        """Give the protocol its own UDP socket to drain (clients; servers batch per socket)."""
-        self._sock = sock
+    def attach_socket(self, sock: socket.socket, *, drain: bool = True) -> None:
+        """The UDP socket this connection sends on (GSO) and, with ``drain``, reads batches
+        from (clients; a server's connections share its socket, which the server drains)."""
+        self._send_sock = sock
+        if drain:
+            self._sock = sock
 
     # receive path ---------------------------------------------------------------------------
 
@@ -315,15 +323,22 @@ class FastQuicProtocol(QuicConnectionProtocol):
     # send path ------------------------------------------------------------------------------
 
     def transmit(self) -> None:
+        """Send what the connection has to send (GSO runs where possible), re-arm the timer.
+
+        If the socket is gone (listener closed) the datagrams are dropped but the timers keep
+        running, so the connection still reaches ConnectionTerminated.
+        """
+        self._transmit_task = None
         transport = self._transport
-        if transport is not None and transport.is_closing():
-            # The socket is gone (listener closed): keep the connection's timers running so it
-            # still reaches ConnectionTerminated, but drop what it wants to send.
-            self._transmit_task = None
-            self._quic.datagrams_to_send(now=self._loop.time())
-            self._rearm_timer()
-            return
-        super().transmit()
+        datagrams = self._quic.datagrams_to_send(now=self._loop.time())
+        if datagrams and transport is not None and not transport.is_closing():
+            sock = self._send_sock if self.config.gso else None
+            if sock is None or getattr(transport, "get_write_buffer_size", lambda: 0)():
+                for data, addr in datagrams:
+                    transport.sendto(data, addr)
+            else:
+                _send_gso(sock, transport, datagrams)
+        self._rearm_timer()
         if self._drain_waiters:
             self._wake_drain_waiters()
 
@@ -403,6 +418,53 @@ def _udp_socket(host: str, port: int, family: int, size: int) -> socket.socket:
         sock.close()
         raise
     return sock
+
+
+_UDP_SEGMENT = 103  # linux/udp.h
+_GSO_MAX_SEGMENTS = 64
+_GSO_MAX_BYTES = 65000
+_gso_broken = not hasattr(socket, "SOL_UDP") or not hasattr(socket.socket, "sendmsg")
+
+
+def _send_gso(
+    sock: socket.socket, transport: asyncio.DatagramTransport, datagrams: list[tuple[bytes, Any]]
+) -> None:
+    """Send ``datagrams`` in order, each run of equal-size ones to one address in one syscall.
+
+    A run may end with one shorter datagram (the kernel cuts the buffer into ``size`` pieces).
+    Anything the socket refuses goes through the transport, which buffers it.
+    """
+    global _gso_broken
+    i, n = 0, len(datagrams)
+    while i < n:
+        data, addr = datagrams[i]
+        size = total = len(data)
+        j = i + 1
+        while j < n and j - i < _GSO_MAX_SEGMENTS and datagrams[j][1] == addr:
+            length = len(datagrams[j][0])
+            if length > size or total + length > _GSO_MAX_BYTES:
+                break
+            total += length
+            j += 1
+            if length < size:
+                break
+        if j - i == 1 or _gso_broken:
+            for k in range(i, j):
+                transport.sendto(*datagrams[k])
+            i = j
+            continue
+        payload = b"".join(d for d, _ in datagrams[i:j])
+        try:
+            segment = [(socket.SOL_UDP, _UDP_SEGMENT, struct.pack("=H", size))]
+            sock.sendmsg([payload], segment, 0, addr)
+        except (BlockingIOError, InterruptedError):
+            for k in range(i, j):
+                transport.sendto(*datagrams[k])
+        except OSError:  # no GSO here (old kernel, no checksum offload): never try again
+            _gso_broken = True
+            for k in range(i, j):
+                transport.sendto(*datagrams[k])
+        i = j
 
 
 def _drain_socket(sock: socket.socket, limit: int) -> list[tuple[bytes, Any]]:
@@ -489,9 +551,12 @@ async def serve_quic(
     """
     loop = asyncio.get_running_loop()
     batch = _ReceiveBatch()
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_DGRAM)
+    sock = _udp_socket(host, port, infos[0][0], config.socket_buffer)
 
     def create_protocol(quic: QuicConnection, stream_handler: Any = None) -> FastQuicProtocol:
         protocol = FastQuicProtocol(quic, stream_handler, config=config, batch=batch)
+        protocol.attach_socket(sock, drain=False)
         on_connection(protocol)
         return protocol
 
@@ -502,9 +567,6 @@ async def serve_quic(
         configuration=config.quic_configuration(is_client=False),
         create_protocol=create_protocol,
     )
-    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_DGRAM)
-    family = infos[0][0]
-    sock = _udp_socket(host, port, family, config.socket_buffer)
     _, protocol = await loop.create_datagram_endpoint(server_factory, sock=sock)
     server = protocol
     server.attach_socket(sock)

@@ -155,3 +155,31 @@ async def test_set_datagram_size_updates_every_consumer() -> None:
             assert loss._cc.congestion_window >= 300000
     finally:
         listener.close()
+
+
+async def test_gso_runs_arrive_as_the_original_datagrams() -> None:
+    """Runs of equal-size datagrams (each may end with one shorter) go out in one sendmsg and
+    the receiver still sees every datagram, in order, byte for byte."""
+    import socket
+
+    from ray_kvmoq.moqt import aio
+
+    loop = asyncio.get_running_loop()
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.bind(("127.0.0.1", 0))
+    rx.settimeout(5)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx.bind(("127.0.0.1", 0))
+    tx.setblocking(False)
+    transport, _ = await loop.create_datagram_endpoint(asyncio.DatagramProtocol, sock=tx)
+    try:
+        addr = rx.getsockname()
+        sizes = [9000] * 9 + [700, 9000, 9000, 1200, 1200, 1200, 50, 60000]
+        datagrams = [(bytes([i]) * n, addr) for i, n in enumerate(sizes)]
+        aio._send_gso(tx, transport, datagrams)
+        received = [rx.recv(65535) for _ in sizes]
+        assert received == [d for d, _ in datagrams]
+        assert not aio._gso_broken  # Linux loopback supports UDP_SEGMENT
+    finally:
+        transport.close()
+        rx.close()
