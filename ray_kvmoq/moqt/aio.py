@@ -20,7 +20,13 @@ changes that make aioquic move hundreds of MB/s (see ``docs`` and ``kvmoq bench 
    ``max_datagram_size`` bounded by the peer's ``max_udp_payload_size`` transport parameter, which
    we capture while aioquic parses it; aioquic itself ignores that bound.
 4. **Larger socket buffers and flow-control windows**, so a burst of large datagrams is not dropped
-   by the kernel and one stream is not starved by MAX_STREAM_DATA.
+   by the kernel and one stream is not starved by MAX_STREAM_DATA. We create the UDP sockets
+   ourselves: asyncio only hands out a restricted wrapper, which can neither be drained (1.)
+   nor tuned reliably.
+5. **No pacing** (optional): aioquic's pacer releases at most ~16 datagrams per timer tick; on
+   loopback/LAN peers the congestion window alone is the better limit.
+6. **UDP GSO** (Linux ``UDP_SEGMENT``): a run of equal-size datagrams leaves in one ``sendmsg``;
+   the receiver still sees ordinary datagrams. Falls back to ``sendto`` where unsupported.
 
 Invariants: all patches are per connection (``FastQuicProtocol.__init__``), each can be switched
 off in ``TransportConfig`` (the bench measures each), and nothing here knows about MoQT beyond the
