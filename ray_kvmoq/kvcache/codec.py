@@ -31,12 +31,14 @@ from .layout import (
     KVGeometry,
     ObjectHeader,
     OutDType,
-    build_rows,
+    absmax_rows,
+    check_chunk,
     check_headers,
     from_token_major,
     join_objects,
     one_thread,
     parse_header,
+    section,
     to_bf16_bits,
     to_float16,
     to_float32,
@@ -99,8 +101,8 @@ class _FixedCodec(KVCodec):
         """Bytes after the header; raises MalformedPayloadError for unsupported param/flags."""
 
     @abstractmethod
-    def _encode_tm(self, tm: np.ndarray, geo: KVGeometry) -> list[np.ndarray]:
-        """Token-major values ``[T, L, 2, H·D]`` → sections, each with leading dim T."""
+    def _encode_into(self, body: np.ndarray, kv: np.ndarray) -> None:
+        """Encode the checked ``[L,2,H,T,D]`` chunk into ``body`` (``[T, body bytes]``)."""
 
     @abstractmethod
     def _decode_body(
@@ -112,9 +114,14 @@ class _FixedCodec(KVCodec):
         return HEADER_SIZE + self._body_size(geometry, self.default_param, self.default_flags)
 
     def encode_chunk(self, kv: Any, *, codebook: bytes | None = None) -> list[bytes]:
-        tm, geo = token_major(kv)
+        arr = check_chunk(kv)
+        geo = KVGeometry.of(arr)
         header = self._header(geo, self.default_param, self.default_flags).pack()
-        return build_rows(header, self._encode_tm(tm, geo), tm.shape[0])
+        size = self._body_size(geo, self.default_param, self.default_flags)
+        mat = np.empty((arr.shape[3], HEADER_SIZE + size), np.uint8)
+        mat[:, :HEADER_SIZE] = np.frombuffer(header, np.uint8)
+        self._encode_into(mat[:, HEADER_SIZE:], arr)
+        return [row.tobytes() for row in mat]
 
     def decode_objects(
         self,
@@ -156,9 +163,10 @@ class FP16Codec(_FixedCodec):
         _check_kv_flags(flags, "FP16")
         return 2 * geo.values_per_token
 
-    def _encode_tm(self, tm: np.ndarray, geo: KVGeometry) -> list[np.ndarray]:
+    def _encode_into(self, body: np.ndarray, kv: np.ndarray) -> None:
+        tm, _ = token_major(kv)
         src = tm if tm.dtype == np.float16 else to_float16(to_float32(tm))
-        return [src]
+        body.view(np.float16)[:] = src.reshape(len(tm), -1)
 
     def _decode_body(
         self, body: np.ndarray, geo: KVGeometry, param: int, flags: int, dtype: OutDType
@@ -178,8 +186,10 @@ class BF16Codec(_FixedCodec):
         _check_kv_flags(flags, "BF16")
         return 2 * geo.values_per_token
 
-    def _encode_tm(self, tm: np.ndarray, geo: KVGeometry) -> list[np.ndarray]:
-        return [to_bf16_bits(tm if tm.dtype != np.float16 else to_float32(tm))]
+    def _encode_into(self, body: np.ndarray, kv: np.ndarray) -> None:
+        tm, _ = token_major(kv)
+        bits = to_bf16_bits(tm if tm.dtype != np.float16 else to_float32(tm))
+        body.view(np.uint16)[:] = bits.reshape(len(tm), -1)
 
     def _decode_body(
         self, body: np.ndarray, geo: KVGeometry, param: int, flags: int, dtype: OutDType
@@ -192,8 +202,10 @@ class BF16Codec(_FixedCodec):
 
 def _e4m3_to_f16_bits(codes: np.ndarray) -> np.ndarray:
     """E4M3FN bytes → float16 bits of value·2⁻⁸ (exact, subnormals included)."""
-    u = codes.astype(np.uint16) << 8
-    return ((u.view(np.int16) >> 1).view(np.uint16) & 0xBFFF).view(np.float16)
+    u = np.left_shift(codes, 8, dtype=np.uint16)
+    u = (u.view(np.int16) >> 1).view(np.uint16)
+    u &= np.uint16(0xBFFF)
+    return u.view(np.float16)
 
 
 class _ScaledByteCodec(_FixedCodec):
@@ -212,14 +224,18 @@ class _ScaledByteCodec(_FixedCodec):
         _check_kv_flags(flags, self.codec_id.name)
         return 4 * geo.num_layers * 2 * self._groups(geo, param) + geo.values_per_token
 
-    def _scales(self, x: np.ndarray, geo: KVGeometry) -> tuple[np.ndarray, np.ndarray]:
-        n_t = x.shape[0]
+    def _quantise(self, body: np.ndarray, kv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Write the scales; return (values/scale as float32 ``[T, N]``, code section)."""
+        tm, geo = token_major(kv)
+        n_t = tm.shape[0]
         s = self._groups(geo, self.default_param)
-        xs = x.reshape(n_t, geo.num_layers, 2, s, -1)
-        amax = np.maximum(xs.max(axis=-1), -xs.min(axis=-1))
-        scale = (amax / np.float32(self.qmax)).astype(np.float32)
+        rows = tm.reshape(n_t, geo.num_layers * 2 * s, -1)
+        scale = absmax_rows(rows) / np.float32(self.qmax)
         scale[~(scale > 0)] = 1.0
-        return scale.astype("<f4"), xs
+        nsc = scale.shape[1]
+        section(body, 0, nsc, "<f4")[:] = scale
+        y = to_float32(rows) * (np.float32(1.0) / scale)[..., None]
+        return y.reshape(n_t, -1), body[:, 4 * nsc :]
 
     def _unscale(self, body: np.ndarray, geo: KVGeometry, param: int) -> np.ndarray:
         n_t = body.shape[0]
@@ -237,12 +253,10 @@ class FP8Codec(_ScaledByteCodec):
     codec_id = CodecId.FP8
     qmax = 448.0
 
-    def _encode_tm(self, tm: np.ndarray, geo: KVGeometry) -> list[np.ndarray]:
-        scale, xs = self._scales(to_float32(tm), geo)
-        y = xs * (np.float32(1.0) / scale[..., None])
+    def _encode_into(self, body: np.ndarray, kv: np.ndarray) -> None:
+        y, codes = self._quantise(body, kv)
         with one_thread():
-            q = torch.from_numpy(y).to(torch.float8_e4m3fn).view(torch.uint8).numpy()
-        return [scale, q]
+            torch.from_numpy(codes).view(torch.float8_e4m3fn).copy_(torch.from_numpy(y))
 
     def _decode_body(
         self, body: np.ndarray, geo: KVGeometry, param: int, flags: int, dtype: OutDType
@@ -255,7 +269,8 @@ class FP8Codec(_ScaledByteCodec):
         half = _e4m3_to_f16_bits(codes)
         with one_thread():
             vals = torch.from_numpy(half).float().numpy()
-        out = vals.reshape(n_t, geo.num_layers, 2, scale.shape[3], -1) * (scale * np.float32(256))
+        out = vals.reshape(n_t, geo.num_layers, 2, scale.shape[3], -1)
+        out *= scale * np.float32(256)
         return out, "float32"
 
 
@@ -265,19 +280,16 @@ class Int8Codec(_ScaledByteCodec):
     codec_id = CodecId.INT8
     qmax = 127.0
 
-    def _encode_tm(self, tm: np.ndarray, geo: KVGeometry) -> list[np.ndarray]:
-        scale, xs = self._scales(to_float32(tm), geo)
-        y = xs * (np.float32(1.0) / scale[..., None])
-        q = np.rint(y, out=y).astype(np.int8)
-        return [scale, q]
+    def _encode_into(self, body: np.ndarray, kv: np.ndarray) -> None:
+        y, codes = self._quantise(body, kv)
+        np.rint(y, out=codes.view(np.int8), casting="unsafe")
 
     def _decode_body(
         self, body: np.ndarray, geo: KVGeometry, param: int, flags: int, dtype: OutDType
     ) -> tuple[np.ndarray, str]:
         scale = self._unscale(body, geo, param)
         n_t = body.shape[0]
-        q = body[:, scale[0].size * 4 :].view(np.int8)
-        with one_thread():
-            vals = torch.from_numpy(q).float().numpy()
-        out = vals.reshape(n_t, geo.num_layers, 2, scale.shape[3], -1) * scale
+        vals = body[:, scale[0].size * 4 :].view(np.int8).astype(np.float32)
+        out = vals.reshape(n_t, geo.num_layers, 2, scale.shape[3], -1)
+        out *= scale
         return out, "float32"

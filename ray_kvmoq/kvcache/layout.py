@@ -14,6 +14,7 @@ loses badly to a single thread, and these ops are memory-bound anyway.
 from __future__ import annotations
 
 import struct
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -135,7 +136,7 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(n)
 
 
-def _check_chunk(kv: Any) -> np.ndarray:
+def check_chunk(kv: Any) -> np.ndarray:
     if isinstance(kv, torch.Tensor):
         t = kv.detach().cpu()
         kv = t.view(torch.uint16).numpy() if t.dtype == torch.bfloat16 else t.numpy()
@@ -152,7 +153,7 @@ def _check_chunk(kv: Any) -> np.ndarray:
 
 def token_major(kv: Any) -> tuple[np.ndarray, KVGeometry]:
     """``[L,2,H,T,D]`` (any accepted dtype) → contiguous ``[T, L, 2, H·D]`` in the same dtype."""
-    arr = _check_chunk(kv)
+    arr = check_chunk(kv)
     geo = KVGeometry.of(arr)
     n_l, _, n_h, n_t, n_d = arr.shape
     tm = np.ascontiguousarray(arr.transpose(3, 0, 1, 2, 4)).reshape(n_t, n_l, 2, n_h * n_d)
@@ -164,7 +165,7 @@ def to_float32(tm: np.ndarray) -> np.ndarray:
     if tm.dtype == np.float32:
         return tm
     with one_thread():
-        t = torch.from_numpy(tm)
+        t = tensor(tm)
         if tm.dtype == np.uint16:
             t = t.view(torch.bfloat16)
         return t.float().numpy()
@@ -175,7 +176,7 @@ def to_float16(x: np.ndarray) -> np.ndarray:
     if x.dtype == np.float16:
         return x
     with one_thread():
-        return torch.from_numpy(np.ascontiguousarray(to_float32(x))).half().numpy()
+        return tensor(to_float32(x)).half().numpy()
 
 
 def to_bf16_bits(x: np.ndarray) -> np.ndarray:
@@ -183,7 +184,7 @@ def to_bf16_bits(x: np.ndarray) -> np.ndarray:
     if x.dtype == np.uint16:
         return x
     with one_thread():
-        t = torch.from_numpy(np.ascontiguousarray(x)).to(torch.bfloat16)
+        t = tensor(x).to(torch.bfloat16)
         return t.view(torch.uint16).numpy()
 
 
@@ -218,9 +219,7 @@ def join_objects(objects: list[bytes], size: int, what: str) -> np.ndarray:
             raise TruncatedPayloadError(
                 f"{what} object {i} has {len(obj)} bytes; this geometry needs {size}"
             )
-    # bytearray: a writable buffer, so torch.from_numpy on slices of it never warns.
-    joined = bytearray(b"".join(objects))
-    return np.frombuffer(joined, dtype=np.uint8).reshape(len(objects), size)
+    return np.frombuffer(b"".join(objects), dtype=np.uint8).reshape(len(objects), size)
 
 
 def check_headers(
@@ -248,9 +247,31 @@ def check_headers(
         )
 
 
-def build_rows(header: bytes, sections: list[np.ndarray], n_t: int) -> list[bytes]:
-    """Assemble ``n_t`` objects: header + each section's row ``t`` (viewed as bytes)."""
-    parts = [np.broadcast_to(np.frombuffer(header, np.uint8), (n_t, len(header)))]
-    parts += [np.ascontiguousarray(s).reshape(n_t, -1).view(np.uint8) for s in sections]
-    mat = np.concatenate(parts, axis=1)
-    return [row.tobytes() for row in mat]
+def tensor(arr: np.ndarray) -> torch.Tensor:
+    """``torch.from_numpy`` that accepts read-only arrays (we never write through them)."""
+    if arr.flags.writeable:
+        return torch.from_numpy(arr)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(arr)
+
+
+def absmax_rows(x: np.ndarray) -> np.ndarray:
+    """``max |x|`` over the last axis as float32, via integer max of the magnitude bits.
+
+    Works on float32, float16 and bf16 bits (uint16): for finite values the order of
+    ``bits & 0x7F..`` equals the order of ``|x|``, and integer max reductions are cheaper
+    than ``abs`` + float max.
+    """
+    if x.dtype == np.float32:
+        return (x.view(np.uint32) & np.uint32(0x7FFFFFFF)).max(axis=-1).view(np.float32)
+    mag = (x.view(np.uint16) & np.uint16(0x7FFF)).max(axis=-1)
+    if x.dtype == np.float16:
+        return mag.view(np.float16).astype(np.float32)
+    return (mag.astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def section(body: np.ndarray, offset: int, count: int, dtype: Any) -> np.ndarray:
+    """Typed ``[T, count]`` view of bytes ``offset..`` of every row of ``body``."""
+    dt = np.dtype(dtype)
+    return body[:, offset : offset + count * dt.itemsize].view(dt)
