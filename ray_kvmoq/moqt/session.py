@@ -281,6 +281,7 @@ class MoqtSession(SubscriptionsMixin, RequestsMixin, DataMixin):
                 if rec is not None:
                     rec.machine.apply(SubscriberSubInput.STREAMS_COMPLETE)
                     self._drop_subscriber(rec)
+                    self._abandon(rid)  # a PUBLISH_DONE may still arrive after UNSUBSCRIBE
 
     def _dispatch(self, msg: Message, out: list[MoqtEvent]) -> None:
         if type(msg) not in _REQUESTS and type(msg) not in _SESSION_LEVEL:

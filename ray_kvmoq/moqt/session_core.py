@@ -210,6 +210,7 @@ class SessionCore:
         self._alias_in: dict[int, int] = {}
         self._alias_out: dict[int, int] = {}
         self._retired_aliases: OrderedDict[int, None] = OrderedDict()
+        self._abandoned: OrderedDict[int, None] = OrderedDict()
         self._next_alias = 0
         self._lingering: dict[int, float] = {}
         self._goaway_deadline: float | None = None
@@ -449,12 +450,23 @@ class SessionCore:
 
     # ---------------------------------------------------------------- record lookup
 
-    def _lookup(self, table: dict[int, _R], rid: int, what: str) -> _R:
-        """The record for a response/cancel; an unknown id is a PROTOCOL_VIOLATION."""
+    def _lookup(self, table: dict[int, _R], rid: int, what: str) -> _R | None:
+        """The record a response refers to; None for one of our requests we abandoned (the
+        response crossed our cancel); any other unknown id is a PROTOCOL_VIOLATION, which
+        also catches duplicate responses (d14 §9: exactly one response per request)."""
         rec = table.get(rid)
         if rec is None:
+            if rid in self._abandoned:
+                return None
             raise ProtocolViolation(f"{what} for unknown request id {rid}")
         return rec
+
+    def _abandon(self, rid: int) -> None:
+        """Forget one of our requests before the peer is done with it (FETCH_CANCEL,
+        PUBLISH_NAMESPACE_DONE, ...): whatever still arrives for it is dropped quietly."""
+        self._abandoned[rid] = None
+        while len(self._abandoned) > _RETIRED_MAX:
+            self._abandoned.popitem(last=False)
 
     @staticmethod
     def _new_subscriber(rid: int, state: SubscriberSubState, **kwargs: object) -> SubscriberRecord:

@@ -414,9 +414,7 @@ class DataMixin(SessionCore):
                 raise ProtocolViolation(f"fetch stream for unknown request id {ev.request_id}")
             self._stop_data_stream(stream_id)
             return
-        if rec.machine.apply(FetchInput.RECV_STREAM) is FetchState.CANCELLED:
-            self._stop_data_stream(stream_id)
-            return
+        rec.machine.apply(FetchInput.RECV_STREAM)
         rec.stream_id = stream_id
         st.request_id = ev.request_id
 
@@ -539,7 +537,7 @@ class DataMixin(SessionCore):
         for streams in self._parked_by_alias.values():
             for stream_id in streams:
                 st = self._recv.get(stream_id)
-                if st is not None and now - st.parked_since > limit:
+                if st is not None and now >= st.parked_since + limit:
                     alias = st.header.track_alias if st.header else -1
                     raise ProtocolViolation(
                         f"data stream {stream_id} for unknown track alias {alias} "

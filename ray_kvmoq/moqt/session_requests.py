@@ -63,7 +63,7 @@ from .messages import (
 )
 from .session_core import FetchRecord, NamespaceRecord, SessionCore
 from .session_subscribe import with_tokens
-from .state import FetchInput, FetchState, NamespaceInput, TrackStatusInput
+from .state import FetchInput, FetchState, NamespaceInput, NamespaceState, TrackStatusInput
 from .types import FetchErrorCode, FetchType, FilterType, GroupOrder, StreamResetCode
 
 __all__ = ["RequestsMixin"]
@@ -144,12 +144,12 @@ class RequestsMixin(SessionCore):
     def fetch_cancel(self, request_id: int) -> None:
         """Abandon our fetch (FETCH_CANCEL); its stream, if any, is stopped."""
         rec = self._fetch_rec(self._fetch_out, request_id)
-        state = rec.machine.apply(FetchInput.SEND_CANCEL)
+        rec.machine.apply(FetchInput.SEND_CANCEL)
         self._send_control(FetchCancel(request_id=request_id))
         if rec.stream_id is not None:
             self._stop_data_stream(rec.stream_id)
-        if state is FetchState.CLOSED:
-            self._fetch_out.pop(request_id, None)
+        del self._fetch_out[request_id]
+        self._abandon(request_id)  # FETCH_OK/ERROR or the stream may cross the cancel
 
     def accept_fetch(
         self,
@@ -243,33 +243,31 @@ class RequestsMixin(SessionCore):
 
     def _on_fetch_ok(self, msg: FetchOk, out: list[MoqtEvent]) -> None:
         rec = self._lookup(self._fetch_out, msg.request_id, "FETCH_OK")
-        was_cancelled = rec.machine.state is FetchState.CANCELLED
+        if rec is None:
+            return
         if rec.machine.apply(FetchInput.RECV_FETCH_OK) is FetchState.CLOSED:
             self._fetch_out.pop(msg.request_id, None)
-        if not was_cancelled:
-            out.append(
-                FetchAccepted(
-                    request_id=msg.request_id,
-                    group_order=msg.group_order,
-                    end_of_track=msg.end_of_track,
-                    end=msg.end,
-                    parameters=msg.parameters,
-                )
+        out.append(
+            FetchAccepted(
+                request_id=msg.request_id,
+                group_order=msg.group_order,
+                end_of_track=msg.end_of_track,
+                end=msg.end,
+                parameters=msg.parameters,
             )
+        )
 
     def _on_fetch_error(self, msg: FetchError, out: list[MoqtEvent]) -> None:
         rec = self._lookup(self._fetch_out, msg.request_id, "FETCH_ERROR")
-        was_cancelled = rec.machine.state is FetchState.CANCELLED
+        if rec is None:
+            return
         rec.machine.apply(FetchInput.RECV_FETCH_ERROR)
         self._fetch_out.pop(msg.request_id, None)
         if rec.stream_id is not None:
             self._stop_data_stream(rec.stream_id)
-        if not was_cancelled:
-            out.append(
-                FetchRejected(
-                    request_id=msg.request_id, error_code=msg.error_code, reason=msg.reason
-                )
-            )
+        out.append(
+            FetchRejected(request_id=msg.request_id, error_code=msg.error_code, reason=msg.reason)
+        )
 
     def _on_fetch_cancel(self, msg: FetchCancel, out: list[MoqtEvent]) -> None:
         rec = self._fetch_in.get(msg.request_id)
@@ -322,20 +320,32 @@ class RequestsMixin(SessionCore):
         self._send_control(PublishNamespaceDoneMsg(track_namespace=track_namespace))
         for rec in recs:
             self._drop_ns(self._pubns_out, rec)
+            self._abandon(rec.request_id)  # its OK/ERROR may still be on the way
 
     def publish_namespace_cancel(
         self, track_namespace: tuple[bytes, ...], error_code: int, reason: str = ""
     ) -> None:
-        """Stop accepting a namespace the peer announced (PUBLISH_NAMESPACE_CANCEL)."""
+        """Stop accepting a namespace the peer announced (PUBLISH_NAMESPACE_CANCEL).
+
+        CANCEL names the namespace, not a request, so announcements of it not answered yet
+        get PUBLISH_NAMESPACE_ERROR instead: every request keeps exactly one answer even when
+        the peer announces the same namespace again while the CANCEL is in flight.
+        """
         recs = self._ns_matching(self._pubns_in, track_namespace)
+        active = [r for r in recs if r.machine.state is NamespaceState.ACTIVE]
         for rec in recs:
+            if rec not in active:
+                self.reject_publish_namespace(rec.request_id, error_code, reason)
+        if not active:
+            return
+        for rec in active:
             rec.machine.apply(NamespaceInput.SEND_CANCEL)
         self._send_control(
             PublishNamespaceCancel(
                 track_namespace=track_namespace, error_code=error_code, reason=reason
             )
         )
-        for rec in recs:
+        for rec in active:
             self._drop_ns(self._pubns_in, rec)
 
     def subscribe_namespace(
@@ -378,6 +388,7 @@ class RequestsMixin(SessionCore):
         self._send_control(UnsubscribeNamespace(track_namespace_prefix=track_namespace_prefix))
         for rec in recs:
             self._drop_ns(self._subns_out, rec)
+            self._abandon(rec.request_id)
 
     def _ns_rec(self, table: dict[int, NamespaceRecord], request_id: int) -> NamespaceRecord:
         rec = table.get(request_id)
@@ -430,6 +441,8 @@ class RequestsMixin(SessionCore):
 
     def _on_publish_namespace_ok(self, msg: PublishNamespaceOk, out: list[MoqtEvent]) -> None:
         rec = self._lookup(self._pubns_out, msg.request_id, "PUBLISH_NAMESPACE_OK")
+        if rec is None:
+            return
         rec.machine.apply(NamespaceInput.RECV_OK)
         out.append(
             PublishNamespaceAccepted(request_id=msg.request_id, track_namespace=rec.namespace)
@@ -437,6 +450,8 @@ class RequestsMixin(SessionCore):
 
     def _on_publish_namespace_error(self, msg: PublishNamespaceError, out: list[MoqtEvent]) -> None:
         rec = self._lookup(self._pubns_out, msg.request_id, "PUBLISH_NAMESPACE_ERROR")
+        if rec is None:
+            return
         rec.machine.apply(NamespaceInput.RECV_ERROR)
         self._drop_ns(self._pubns_out, rec)
         out.append(
@@ -466,7 +481,11 @@ class RequestsMixin(SessionCore):
     def _on_publish_namespace_cancel(
         self, msg: PublishNamespaceCancel, out: list[MoqtEvent]
     ) -> None:
-        recs = [r for r in self._pubns_out.values() if r.namespace == msg.track_namespace]
+        recs = [
+            r
+            for r in self._pubns_out.values()
+            if r.namespace == msg.track_namespace and r.machine.state is NamespaceState.ACTIVE
+        ]
         for rec in recs:
             rec.machine.apply(NamespaceInput.RECV_CANCEL)
             self._drop_ns(self._pubns_out, rec)
@@ -497,6 +516,8 @@ class RequestsMixin(SessionCore):
 
     def _on_subscribe_namespace_ok(self, msg: SubscribeNamespaceOk, out: list[MoqtEvent]) -> None:
         rec = self._lookup(self._subns_out, msg.request_id, "SUBSCRIBE_NAMESPACE_OK")
+        if rec is None:
+            return
         rec.machine.apply(NamespaceInput.RECV_OK)
         out.append(
             SubscribeNamespaceAccepted(
@@ -508,6 +529,8 @@ class RequestsMixin(SessionCore):
         self, msg: SubscribeNamespaceError, out: list[MoqtEvent]
     ) -> None:
         rec = self._lookup(self._subns_out, msg.request_id, "SUBSCRIBE_NAMESPACE_ERROR")
+        if rec is None:
+            return
         rec.machine.apply(NamespaceInput.RECV_ERROR)
         self._drop_ns(self._subns_out, rec)
         out.append(
@@ -603,6 +626,8 @@ class RequestsMixin(SessionCore):
 
     def _on_track_status_ok(self, msg: TrackStatusOk, out: list[MoqtEvent]) -> None:
         rec = self._lookup(self._ts_out, msg.request_id, "TRACK_STATUS_OK")
+        if rec is None:
+            return
         rec.machine.apply(TrackStatusInput.RECV_OK)
         del self._ts_out[msg.request_id]
         out.append(
@@ -617,6 +642,8 @@ class RequestsMixin(SessionCore):
 
     def _on_track_status_error(self, msg: TrackStatusError, out: list[MoqtEvent]) -> None:
         rec = self._lookup(self._ts_out, msg.request_id, "TRACK_STATUS_ERROR")
+        if rec is None:
+            return
         rec.machine.apply(TrackStatusInput.RECV_ERROR)
         del self._ts_out[msg.request_id]
         out.append(

@@ -54,7 +54,7 @@ from .state import (
     SubscriberSubInput,
     SubscriberSubState,
 )
-from .types import FilterType, GroupOrder
+from .types import FilterType, GroupOrder, PublishDoneCode
 
 __all__ = ["SubscriptionsMixin", "resolve_start", "with_tokens"]
 
@@ -171,6 +171,8 @@ class SubscriptionsMixin(SessionCore):
             raise LocalProtocolError(f"no subscription with request id {request_id}")
         rec.machine.apply(SubscriberSubInput.SEND_UNSUBSCRIBE)
         self._send_control(Unsubscribe(request_id=request_id))
+        # The publisher should answer with PUBLISH_DONE; not every one does (d14 §9.12).
+        self._lingering[request_id] = self._now + self._config.publish_done_linger
 
     def publish_ok(
         self,
@@ -211,6 +213,7 @@ class SubscriptionsMixin(SessionCore):
         rec.machine.apply(SubscriberSubInput.SEND_PUBLISH_ERROR)
         self._send_raw_control(data)
         self._drop_subscriber(rec)
+        self._abandon(request_id)  # the publisher's PUBLISH_DONE may cross our error
 
     # ------------------------------------------------------------ publisher: commands
 
@@ -313,6 +316,7 @@ class SubscriptionsMixin(SessionCore):
         after those streams are finished or reset (d14 §9.12).
         """
         rec = self._publisher(request_id)
+        unanswered = rec.machine.state is PublisherSubState.OFFERED
         count = rec.streams_opened if stream_count is None else stream_count
         data = encode_control(
             PublishDone(
@@ -322,6 +326,8 @@ class SubscriptionsMixin(SessionCore):
         rec.machine.apply(PublisherSubInput.SEND_PUBLISH_DONE)
         self._send_raw_control(data)
         self._drop_publisher(rec)
+        if unanswered:
+            self._abandon(request_id)  # a PUBLISH_OK/ERROR may cross our PUBLISH_DONE
 
     # ------------------------------------------------------------ helpers
 
@@ -348,6 +354,8 @@ class SubscriptionsMixin(SessionCore):
 
     def _on_subscribe_ok(self, msg: SubscribeOk, out: list[MoqtEvent]) -> None:
         rec = self._lookup(self._subs_out, msg.request_id, "SUBSCRIBE_OK")
+        if rec is None:
+            return
         rec.machine.apply(SubscriberSubInput.RECV_SUBSCRIBE_OK)
         if msg.track_alias in self._alias_in:
             raise DuplicateTrackAlias(f"track alias {msg.track_alias} already in use")
@@ -370,6 +378,8 @@ class SubscriptionsMixin(SessionCore):
 
     def _on_subscribe_error(self, msg: SubscribeError, out: list[MoqtEvent]) -> None:
         rec = self._lookup(self._subs_out, msg.request_id, "SUBSCRIBE_ERROR")
+        if rec is None:
+            return
         was_pending = rec.machine.state is SubscriberSubState.PENDING
         rec.machine.apply(SubscriberSubInput.RECV_SUBSCRIBE_ERROR)
         self._drop_subscriber(rec)
@@ -382,6 +392,8 @@ class SubscriptionsMixin(SessionCore):
 
     def _on_publish_done(self, msg: PublishDone, out: list[MoqtEvent]) -> None:
         rec = self._lookup(self._subs_out, msg.request_id, "PUBLISH_DONE")
+        if rec is None:
+            return
         state = rec.machine.apply(SubscriberSubInput.RECV_PUBLISH_DONE)
         out.append(
             PublishDoneReceived(
@@ -496,13 +508,30 @@ class SubscriptionsMixin(SessionCore):
         if rec is None:
             self._unknown_reference(msg.request_id, "UNSUBSCRIBE")
             return
+        requested = rec.machine.state is PublisherSubState.REQUESTED
         rec.machine.apply(PublisherSubInput.RECV_UNSUBSCRIBE)
         self._cancel_publisher_streams(rec)
+        # State may only go once PUBLISH_DONE is sent (d14 §9.12); an unanswered SUBSCRIBE
+        # gets its one response instead.
+        if requested:
+            reply: SubscribeError | PublishDone = SubscribeError(
+                request_id=msg.request_id, error_code=0, reason="unsubscribed"
+            )
+        else:
+            reply = PublishDone(
+                request_id=msg.request_id,
+                status_code=PublishDoneCode.SUBSCRIPTION_ENDED,
+                stream_count=rec.streams_opened,
+                reason="unsubscribed",
+            )
+        self._send_control(reply)
         self._drop_publisher(rec)
         out.append(Unsubscribed(request_id=msg.request_id))
 
     def _on_publish_ok(self, msg: PublishOk, out: list[MoqtEvent]) -> None:
         rec = self._lookup(self._subs_in, msg.request_id, "PUBLISH_OK")
+        if rec is None:
+            return
         rec.machine.apply(PublisherSubInput.RECV_PUBLISH_OK)
         rec.filter_type, rec.end_group, rec.forward = msg.filter_type, msg.end_group, msg.forward
         rec.start = resolve_start(msg.filter_type, msg.start, rec.largest)
@@ -522,6 +551,8 @@ class SubscriptionsMixin(SessionCore):
 
     def _on_publish_error(self, msg: PublishError, out: list[MoqtEvent]) -> None:
         rec = self._lookup(self._subs_in, msg.request_id, "PUBLISH_ERROR")
+        if rec is None:
+            return
         rec.machine.apply(PublisherSubInput.RECV_PUBLISH_ERROR)
         self._cancel_publisher_streams(rec)
         self._drop_publisher(rec)

@@ -264,7 +264,8 @@ class SubscriberSubInput(enum.Enum):
     RECV_PUBLISH_DONE = enum.auto()
     RECV_OBJECT = enum.auto()
     STREAMS_COMPLETE = enum.auto()
-    """Every data stream counted by PUBLISH_DONE has been seen (or the state was dropped)."""
+    """Every data stream counted by PUBLISH_DONE has been seen, or the linger timer after
+    PUBLISH_DONE / UNSUBSCRIBE ran out (a publisher may never answer an UNSUBSCRIBE)."""
 
 
 _B, _BI = SubscriberSubState, SubscriberSubInput
@@ -297,6 +298,7 @@ SUBSCRIPTION_SUBSCRIBER: TransitionTable[SubscriberSubState, SubscriberSubInput]
             _BI.RECV_SUBSCRIBE_ERROR: _B.CLOSED,
             _BI.RECV_OBJECT: _B.UNSUBSCRIBED,
             _BI.RECV_PUBLISH_DONE: _B.CLOSED,
+            _BI.STREAMS_COMPLETE: _B.CLOSED,
         },
         _B.DONE: {_BI.RECV_OBJECT: _B.DONE, _BI.STREAMS_COMPLETE: _B.CLOSED},
         _B.CLOSED: {},
@@ -379,8 +381,6 @@ class FetchState(enum.Enum):
     """FETCH_OK exchanged; no fetch stream yet."""
     STREAMING = enum.auto()
     """FETCH_OK exchanged and the fetch stream is open."""
-    CANCELLED = enum.auto()
-    """Subscriber side: we sent FETCH_CANCEL before any response; one may still cross it."""
     CLOSED = enum.auto()
 
 
@@ -410,32 +410,27 @@ FETCH_SUBSCRIBER: TransitionTable[FetchState, FetchInput] = _table(
     FetchInput,
     {
         # Objects (and even the FIN) MAY precede FETCH_OK (d14 §9.16.3).
+        # FETCH_CANCEL ends our state at once; the session remembers the id so that a
+        # response or stream crossing the cancel is dropped quietly.
         _F.PENDING: {
             _FI.RECV_FETCH_OK: _F.ACCEPTED,
             _FI.RECV_FETCH_ERROR: _F.CLOSED,
             _FI.RECV_STREAM: _F.PENDING_STREAMING,
-            _FI.SEND_CANCEL: _F.CANCELLED,
+            _FI.SEND_CANCEL: _F.CLOSED,
         },
         _F.PENDING_STREAMING: {
             _FI.RECV_FETCH_OK: _F.STREAMING,
             _FI.RECV_FETCH_ERROR: _F.CLOSED,
             _FI.RECV_STREAM_END: _F.PENDING_ENDED,
-            _FI.SEND_CANCEL: _F.CANCELLED,
+            _FI.SEND_CANCEL: _F.CLOSED,
         },
         _F.PENDING_ENDED: {
             _FI.RECV_FETCH_OK: _F.CLOSED,
             _FI.RECV_FETCH_ERROR: _F.CLOSED,
-            _FI.SEND_CANCEL: _F.CANCELLED,
+            _FI.SEND_CANCEL: _F.CLOSED,
         },
         _F.ACCEPTED: {_FI.RECV_STREAM: _F.STREAMING, _FI.SEND_CANCEL: _F.CLOSED},
         _F.STREAMING: {_FI.RECV_STREAM_END: _F.CLOSED, _FI.SEND_CANCEL: _F.CLOSED},
-        # Kept until the crossing response arrives, so a duplicate response is still caught.
-        _F.CANCELLED: {
-            _FI.RECV_FETCH_OK: _F.CLOSED,
-            _FI.RECV_FETCH_ERROR: _F.CLOSED,
-            _FI.RECV_STREAM: _F.CANCELLED,
-            _FI.RECV_STREAM_END: _F.CANCELLED,
-        },
         _F.CLOSED: {},
     },
 )
@@ -465,7 +460,6 @@ FETCH_PUBLISHER: TransitionTable[FetchState, FetchInput] = _table(
         },
         _F.ACCEPTED: {_FI.SEND_STREAM: _F.STREAMING, _FI.RECV_CANCEL: _F.CLOSED},
         _F.STREAMING: {_FI.SEND_STREAM_END: _F.CLOSED, _FI.RECV_CANCEL: _F.CLOSED},
-        _F.CANCELLED: {},
         _F.CLOSED: {},
     },
 )
@@ -508,12 +502,9 @@ NAMESPACE_REQUESTER: TransitionTable[NamespaceState, NamespaceInput] = _table(
     NamespaceState,
     NamespaceInput,
     {
-        _N.PENDING: {
-            _NI.RECV_OK: _N.ACTIVE,
-            _NI.RECV_ERROR: _N.CLOSED,
-            _NI.SEND_DONE: _N.CLOSED,
-            _NI.RECV_CANCEL: _N.CLOSED,
-        },
+        # A CANCEL names a namespace, not a request, so it only ends accepted ones: an
+        # unanswered request still gets its OK or ERROR (the responder sends ERROR instead).
+        _N.PENDING: {_NI.RECV_OK: _N.ACTIVE, _NI.RECV_ERROR: _N.CLOSED, _NI.SEND_DONE: _N.CLOSED},
         _N.ACTIVE: {_NI.SEND_DONE: _N.CLOSED, _NI.RECV_CANCEL: _N.CLOSED},
         _N.CLOSED: {},
     },
@@ -525,12 +516,7 @@ NAMESPACE_RESPONDER: TransitionTable[NamespaceState, NamespaceInput] = _table(
     NamespaceState,
     NamespaceInput,
     {
-        _N.PENDING: {
-            _NI.SEND_OK: _N.ACTIVE,
-            _NI.SEND_ERROR: _N.CLOSED,
-            _NI.RECV_DONE: _N.CLOSED,
-            _NI.SEND_CANCEL: _N.CLOSED,
-        },
+        _N.PENDING: {_NI.SEND_OK: _N.ACTIVE, _NI.SEND_ERROR: _N.CLOSED, _NI.RECV_DONE: _N.CLOSED},
         _N.ACTIVE: {_NI.RECV_DONE: _N.CLOSED, _NI.SEND_CANCEL: _N.CLOSED},
         _N.CLOSED: {},
     },

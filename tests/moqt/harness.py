@@ -182,6 +182,7 @@ class Harness:
         """Move the clock, firing QUIC and session timers on the way, then pump."""
         self.pump()  # bytes already buffered go out before any timer fires
         end = self.now + seconds
+        last_due, stuck = -1.0, 0
         for _ in range(MAX_ROUNDS):
             timers = [
                 t
@@ -191,6 +192,12 @@ class Harness:
             ]
             if not timers:
                 break
+            if min(timers) == last_due:
+                stuck += 1
+                if stuck > 100:  # a timer that firing does not clear: a session bug
+                    raise AssertionError(f"timer stays due at {last_due} (now {self.now})")
+            else:
+                last_due, stuck = min(timers), 0
             self.now = max(self.now, min(timers))
             for p in (self.client, self.server):
                 qt = p.quic.get_timer()

@@ -8,6 +8,8 @@ and the peer quirks of moqt-draft14.md §3.7.
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ray_kvmoq.moqt.errors import LocalProtocolError
 from ray_kvmoq.moqt.events import (
@@ -816,3 +818,141 @@ def test_session_without_config() -> None:
     h = Harness()
     session = MoqtSession(h.client.quic, is_client=True)
     assert session.state is SessionState.CONNECTED and session.next_request_id == 0
+
+
+# ------------------------------------------------------------------------------ random walks
+# Two of our own sessions driven through random API calls, with messages allowed to cross on
+# the wire (pumps happen at random points): whatever the application does, misuse is a
+# LocalProtocolError at the call and the sessions never make each other fail.
+
+
+def _pending(peer_events: list[object], kind: type, done: set[int]) -> list[int]:
+    return [e.request_id for e in peer_events if isinstance(e, kind) and e.request_id not in done]  # type: ignore[attr-defined]
+
+
+def _walk_step(h: Harness, data: st.DataObject, opened: dict[int, int]) -> None:
+    c, s = h.client.session, h.server.session
+    cev, sev = h.client.events, h.server.events
+    ops = [
+        "subscribe",
+        "accept",
+        "reject",
+        "data",
+        "done",
+        "unsubscribe",
+        "update",
+        "fetch",
+        "join",
+        "answer_fetch",
+        "serve_fetch",
+        "cancel_fetch",
+        "publish",
+        "answer_publish",
+        "namespace",
+        "status",
+        "subns",
+        "unsubns",
+        "cancel_ns",
+        "reset",
+        "datagram",
+        "pump",
+    ]
+    op = data.draw(st.sampled_from(ops))
+    pick = lambda xs: data.draw(st.sampled_from(xs)) if xs else None  # noqa: E731
+    subs_in = list(s._subs_in)
+    if op == "subscribe":
+        f = data.draw(st.sampled_from(list(FilterType)))
+        start = Location(1, 0) if f.has_start else None
+        c.subscribe(NS, TRACK, filter_type=f, start=start, end_group=5 if f.has_end_group else None)
+    elif op == "accept" and (rid := pick(subs_in)) is not None:
+        s.accept_subscribe(rid, largest=pick([None, Location(2, 3)]))
+    elif op == "reject" and (rid := pick(subs_in)) is not None:
+        s.reject_subscribe(rid, 4)
+    elif op == "data" and (rid := pick(subs_in)) is not None:
+        sid = opened.get(rid)
+        if sid is None or data.draw(st.booleans()):
+            sid = opened[rid] = s.open_subgroup(rid, data.draw(st.integers(0, 5)))
+            s.write_objects(sid, [(0, b"a"), (1, b"b")])
+        else:
+            s.end_subgroup(sid)
+            opened.pop(rid, None)
+    elif op == "done" and (rid := pick(subs_in)) is not None:
+        for sid in s._subs_in[rid].open_streams.copy():
+            s.end_subgroup(sid)
+        opened.pop(rid, None)
+        s.publish_done(rid, 2)
+    elif op == "unsubscribe" and (rid := pick(list(c._subs_out))) is not None:
+        c.unsubscribe(rid)
+    elif op == "update" and (rid := pick(list(c._subs_out))) is not None:
+        cur = c._subs_out[rid].start or Location(0, 0)
+        c.subscribe_update(rid, start=cur, end_group=c._subs_out[rid].end_group)
+    elif op == "fetch":
+        c.fetch(NS, TRACK, start=Location(0, 0), end=Location(2, 0))
+    elif op == "join" and (rid := pick(list(c._subs_out))) is not None:
+        c.joining_fetch(rid, 1)
+    elif op == "answer_fetch" and (fid := pick(list(s._fetch_in))) is not None:
+        if data.draw(st.booleans()):
+            s.accept_fetch(fid, end=Location(2, 0))
+        else:
+            s.reject_fetch(fid, 500)
+    elif op == "serve_fetch" and (fid := pick(list(s._fetch_in))) is not None:
+        rec = s._fetch_in[fid]
+        if rec.stream_id is None:
+            sid = s.open_fetch_stream(fid)
+            s.write_fetch_object(sid, group=0, subgroup=0, object_id=0, payload=b"f")
+        else:
+            s.end_fetch_stream(rec.stream_id)
+    elif op == "cancel_fetch" and (fid := pick(list(c._fetch_out))) is not None:
+        c.fetch_cancel(fid)
+    elif op == "publish":
+        s.publish(NS, b"pub%d" % data.draw(st.integers(0, 3)))
+    elif op == "answer_publish":
+        offered = [r for r, rec in c._subs_out.items() if rec.machine.state.name == "OFFERED"]
+        if (rid := pick(offered)) is not None:
+            if data.draw(st.booleans()):
+                c.publish_ok(rid)
+            else:
+                c.publish_error(rid, 4)
+    elif op == "namespace":
+        rid = c.publish_namespace(NS)
+        h.pump()
+        s.accept_publish_namespace(rid)
+        if data.draw(st.booleans()):
+            c.publish_namespace_done(NS)
+    elif op == "status":
+        c.track_status(NS, TRACK)
+        h.pump()
+        for rid in list(s._ts_in):
+            s.track_status_ok(rid)
+    elif op == "subns":
+        rid = c.subscribe_namespace((b"kv",))
+        if data.draw(st.booleans()):
+            h.pump()
+            s.accept_subscribe_namespace(rid)
+    elif op == "unsubns":
+        c.unsubscribe_namespace((b"kv",))
+    elif op == "cancel_ns":
+        s.publish_namespace_cancel(NS, 4)
+    elif op == "reset" and (rid := pick(list(opened))) is not None:
+        s.reset_subgroup(opened.pop(rid))
+    elif op == "datagram" and (rid := pick(subs_in)) is not None:
+        s.send_datagram_object(rid, 0, 0, b"d")
+    elif op == "pump":
+        h.pump()
+    del cev, sev
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_random_api_walks_never_violate(data: st.DataObject) -> None:
+    h = Harness(server_config=SessionConfig(max_request_id=30))
+    opened: dict[int, int] = {}
+    for _ in range(data.draw(st.integers(1, 25))):
+        try:
+            _walk_step(h, data, opened)
+        except LocalProtocolError:
+            pass  # the application asked for something the protocol forbids right now
+    h.pump()
+    h.advance(10.0)
+    assert h.client.terminated is None, h.client.terminated
+    assert h.server.terminated is None, h.server.terminated
