@@ -49,6 +49,7 @@ Errors (``errors.py``): ``EngineError`` > ``ModelLoadError`` > ``UnsupportedMode
 
 from __future__ import annotations
 
+from . import _env  # noqa: F401  (before torch: see _env.py)
 from .aio import AsyncEngine
 from .config import ModelConfig
 from .engine import Engine, EngineConfig, PrefillResult, Prompt, load_engine

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any, TypeVar
 
 from .engine import Engine, PrefillResult, Prompt
@@ -56,7 +56,7 @@ class AsyncEngine:
         *,
         request_id: str | None = None,
         prefix_kv: KVCache | None = None,
-    ) -> AsyncIterator[StepOutput]:
+    ) -> AsyncGenerator[StepOutput, None]:
         """Yield this request's ``StepOutput``s as the batch produces them. Bad input raises
         ``InvalidRequestError`` before the first output."""
         tokens = self.engine.encode_prompt(prompt)

@@ -34,9 +34,10 @@ class SamplingParams:
     """Keep only the k most likely tokens; 0 disables it."""
     seed: int | None = None
     """Seed of this request's generator (None: a random seed)."""
-    stop: tuple[str, ...] = field(default=())
-    """Stop strings: generation ends before the first occurrence; it is not part of the text."""
-    stop_token_ids: tuple[int, ...] = field(default=())
+    stop: Sequence[str] = field(default=())
+    """Stop strings (stored as a tuple): generation ends before the first occurrence, which is
+    not part of the text."""
+    stop_token_ids: Sequence[int] = field(default=())
     """Extra token ids that end generation (the model's EOS ids always do, see ``ignore_eos``)."""
     ignore_eos: bool = False
     """Keep generating past EOS (benchmarks)."""

@@ -287,7 +287,7 @@ class BatchScheduler:
         self._cache = new
 
 
-def _held_back(text: str, stops: tuple[str, ...]) -> int:
+def _held_back(text: str, stops: Sequence[str]) -> int:
     """Characters at the end of ``text`` not to stream yet: an unfinished UTF-8 sequence, or a
     suffix that could be the start of a stop string."""
     hold = 1 if text.endswith("\ufffd") else 0

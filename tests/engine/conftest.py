@@ -26,7 +26,11 @@ def write_byte_tokenizer(d: Path) -> None:
     tk.decoder = decoders.ByteLevel()
     tk.add_special_tokens([AddedToken(t, special=True) for t in TINY_SPECIALS])
     tk.save(str(d / "tokenizer.json"))
-    cfg = {"eos_token": "<|im_end|>", "bos_token": None, "tokenizer_class": "PreTrainedTokenizerFast"}
+    cfg = {
+        "eos_token": "<|im_end|>",
+        "bos_token": None,
+        "tokenizer_class": "PreTrainedTokenizerFast",
+    }
     (d / "tokenizer_config.json").write_text(json.dumps(cfg))
 
 
@@ -47,6 +51,8 @@ def make_tiny_checkpoint(d: Path, arch: str = "llama", seed: int = 0, **override
         bos_token_id=256,
         eos_token_id=258,
     )
+    cls: Any
+    cfg_cls: Any
     if arch == "llama":
         common |= dict(
             tie_word_embeddings=True,

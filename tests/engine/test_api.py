@@ -92,7 +92,9 @@ def test_kvcache_chunk_boundaries() -> None:
     tail = KVCache.from_tensor(t[:, :, :, 100:], start=100)
     assert [c.shape[3] for c in tail.chunks()] == [28, 128, 44]
     assert [c.shape[3] for c in kv.chunks(chunk_size=64)] == [64] * 4 + [44]
-    assert kv.prefix(200).length == 200 and torch.equal(kv.prefix(200).to_tensor(), t[:, :, :, :200])
+    assert kv.prefix(200).length == 200 and torch.equal(
+        kv.prefix(200).to_tensor(), t[:, :, :, :200]
+    )
     joined = KVCache.cat([kv.prefix(128), KVCache.from_tensor(t[:, :, :, 128:], start=128)])
     assert torch.equal(joined.to_tensor(), t)
     with pytest.raises(ValueError, match="boundaries"):

@@ -83,10 +83,15 @@ def test_gguf_unpermutes_qk_and_dequantizes(tmp_path: Path) -> None:
     sd = _write_gguf(src, tmp_path / "tiny.gguf")
     eng = load_engine(str(tmp_path / "tiny.gguf"), dtype="float32", device="cpu")
     got = eng.model.state_dict()
-    for name in ("model.layers.1.self_attn.q_proj.weight", "model.layers.0.self_attn.k_proj.weight"):
+    for name in (
+        "model.layers.1.self_attn.q_proj.weight",
+        "model.layers.0.self_attn.k_proj.weight",
+    ):
         assert torch.equal(got[name], torch.from_numpy(sd[name])), name
     emb = sd["model.embed_tokens.weight"]
-    q8 = gguf.quants.dequantize(gguf.quants.quantize(emb, gguf.GGMLQuantizationType.Q8_0), gguf.GGMLQuantizationType.Q8_0)
+    q8 = gguf.quants.dequantize(
+        gguf.quants.quantize(emb, gguf.GGMLQuantizationType.Q8_0), gguf.GGMLQuantizationType.Q8_0
+    )
     assert torch.equal(got["model.embed_tokens.weight"], torch.from_numpy(q8))
     assert eng.model_config.tie_word_embeddings and eng.config.vocab == 320
     # logits equal the HF checkpoint's once it has the same (Q8_0-rounded) embedding
@@ -113,7 +118,9 @@ def test_unknown_architecture_is_named(tiny_dirs: Callable[[str], Path], tmp_pat
         load_engine(str(d), dtype="float32")
 
 
-def test_unsupported_rope_scaling_is_named(tiny_dirs: Callable[[str], Path], tmp_path: Path) -> None:
+def test_unsupported_rope_scaling_is_named(
+    tiny_dirs: Callable[[str], Path], tmp_path: Path
+) -> None:
     import shutil
 
     d = tmp_path / "yarn"
@@ -126,7 +133,9 @@ def test_unsupported_rope_scaling_is_named(tiny_dirs: Callable[[str], Path], tmp
         load_engine(str(d), dtype="float32")
 
 
-def test_missing_weights_and_paths_are_named(tiny_dirs: Callable[[str], Path], tmp_path: Path) -> None:
+def test_missing_weights_and_paths_are_named(
+    tiny_dirs: Callable[[str], Path], tmp_path: Path
+) -> None:
     import shutil
 
     from safetensors.torch import load_file, save_file

@@ -50,7 +50,7 @@ def test_chat_answers_paris(smollm2: Any) -> None:
 
 def _greedy(engine: Any, tokens: list[int], kv: KVCache | None = None) -> tuple[int, ...]:
     sp = SamplingParams(max_tokens=16, ignore_eos=True)
-    return engine.generate(tokens, sp, prefix_kv=kv).token_ids  # type: ignore[no-any-return]
+    return engine.generate(tokens, sp, prefix_kv=kv).token_ids
 
 
 def test_prefix_kv_injection_is_exact(smollm2: Any, smollm2_fp32: Any) -> None:
@@ -62,7 +62,10 @@ def test_prefix_kv_injection_is_exact(smollm2: Any, smollm2_fp32: Any) -> None:
             chunk = source.prefill(tokens[:128]).kv.chunks()[0]
             assert chunk.shape == (30, 2, 3, 128, 64)
             kv = KVCache.from_chunks([chunk])
-            assert _greedy(engine, tokens, kv) == reference, (engine.config.dtype, source.config.dtype)
+            assert _greedy(engine, tokens, kv) == reference, (
+                engine.config.dtype,
+                source.config.dtype,
+            )
 
 
 def test_logits_equal_transformers(smollm2_fp32: Any) -> None:
@@ -70,7 +73,9 @@ def test_logits_equal_transformers(smollm2_fp32: Any) -> None:
 
     from ray_kvmoq.engine.loader import cached_builtin_dir
 
-    hf = transformers.LlamaForCausalLM.from_pretrained(str(cached_builtin_dir()), dtype=torch.float32)
+    hf = transformers.LlamaForCausalLM.from_pretrained(
+        str(cached_builtin_dir()), dtype=torch.float32
+    )
     tokens = smollm2_fp32.tokenizer.encode(TEXT)[:96]
     with torch.no_grad():
         ref = hf(torch.tensor([tokens])).logits[0].float()

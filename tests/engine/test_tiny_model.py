@@ -23,7 +23,7 @@ def _hf_logits(d: Path, tokens: list[int]) -> torch.Tensor:
     hf = transformers.AutoModelForCausalLM.from_pretrained(str(d), dtype=torch.float32)
     hf.eval()
     with torch.no_grad():
-        return hf(torch.tensor([tokens])).logits[0].float()  # type: ignore[no-any-return]
+        return hf(torch.tensor([tokens])).logits[0].float()
 
 
 def _tokens(n: int, seed: int = 1, vocab: int = 256) -> list[int]:
@@ -149,14 +149,22 @@ def test_continuous_batching_matches_one_at_a_time(tiny_engine: Any) -> None:
 
 def test_seeded_sampling_is_reproducible_and_batch_independent(tiny_engine: Any) -> None:
     p = _tokens(20, seed=7)
-    sp = SamplingParams(max_tokens=16, temperature=0.9, top_p=0.9, top_k=50, seed=1234, ignore_eos=True)
+    sp = SamplingParams(
+        max_tokens=16, temperature=0.9, top_p=0.9, top_k=50, seed=1234, ignore_eos=True
+    )
     a = tiny_engine.generate(p, sp).token_ids
-    b = tiny_engine.generate_batch([p, _tokens(30, seed=8)], [sp, SamplingParams(max_tokens=5, temperature=1.0, seed=9)])
+    b = tiny_engine.generate_batch(
+        [p, _tokens(30, seed=8)], [sp, SamplingParams(max_tokens=5, temperature=1.0, seed=9)]
+    )
     assert b[0].token_ids == a
-    c = tiny_engine.generate(p, SamplingParams(max_tokens=16, temperature=0.9, seed=99, ignore_eos=True))
+    c = tiny_engine.generate(
+        p, SamplingParams(max_tokens=16, temperature=0.9, seed=99, ignore_eos=True)
+    )
     assert c.token_ids != a
     greedy = tiny_engine.generate(p, SamplingParams(max_tokens=16, ignore_eos=True)).token_ids
-    top1 = tiny_engine.generate(p, SamplingParams(max_tokens=16, temperature=2.0, top_k=1, seed=5, ignore_eos=True))
+    top1 = tiny_engine.generate(
+        p, SamplingParams(max_tokens=16, temperature=2.0, top_k=1, seed=5, ignore_eos=True)
+    )
     assert top1.token_ids == greedy
 
 
@@ -196,7 +204,9 @@ async def test_async_engine_interleaves_requests(tiny_engine: Any) -> None:
         got = await asyncio.wait_for(
             asyncio.gather(*(ae.generate(p, sp) for p in prompts)), timeout=60
         )
-        assert [g.token_ids for g in got] == [tiny_engine.generate(p, sp).token_ids for p in prompts]
+        assert [g.token_ids for g in got] == [
+            tiny_engine.generate(p, sp).token_ids for p in prompts
+        ]
         # a consumer that walks away aborts its request
         agen = ae.stream(prompts[0], SamplingParams(max_tokens=200, ignore_eos=True))
         first = await asyncio.wait_for(agen.__anext__(), timeout=30)
