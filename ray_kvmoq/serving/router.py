@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import itertools
 import random
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,8 @@ HASH_PREFIX_CHARS = 16
 """Chunk hashes travel in routing stats shortened to this many hex characters."""
 MAX_HELD_REPORTED = 8192
 """At most this many held hashes per replica in routing stats (newest first)."""
+MAX_ROUTED_REMEMBERED = 4096
+"""Per replica, the chunk hashes of this many recent routed requests' prefixes are remembered."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -216,6 +219,9 @@ class KVPlacementRouter(RequestRouter):
         self._figures = load_figures(Path(costs_path) if costs_path else None)
         self._rr = itertools.count(random.randrange(1 << 16))
         self._rng = random.Random()
+        # Hashes of prefixes this router recently sent to each replica: that replica is
+        # computing (or has) them before its routing stats can say so.
+        self._routed: dict[str, OrderedDict[str, None]] = {}
 
     async def choose_replicas(
         self,
@@ -243,8 +249,26 @@ class KVPlacementRouter(RequestRouter):
             m.router_cost.labels(self._deployment).observe(best.cost_s)
         return [[by_key[k] for k in rank] for rank in ranks]
 
+    def on_request_routed(
+        self, pending_request: PendingRequest, replica_id: Any, result: Any
+    ) -> None:
+        """Remember which replica got which prefix (in-flight affinity)."""
+        hint = RoutingHint.from_obj((pending_request.kwargs or {}).get("routing"))
+        if hint is None or not hint.reuse or not hint.hashes or self._decode:
+            return
+        seen = self._routed.setdefault(str(replica_id), OrderedDict())
+        for h in hint.hashes:
+            seen[h] = None
+            seen.move_to_end(h)
+        while len(seen) > MAX_ROUTED_REMEMBERED:
+            seen.popitem(last=False)
+
     def _view(self, r: RunningReplica) -> ReplicaStats:
         queue = self.replica_queue_len_cache.get(r.replica_id)
         stats = dict(r.routing_stats or {})
         stats.setdefault("node_id", r.node_id)
-        return ReplicaStats.from_routing_stats(str(r.replica_id), stats, queue)
+        view = ReplicaStats.from_routing_stats(str(r.replica_id), stats, queue)
+        routed = self._routed.get(str(r.replica_id))
+        if routed:
+            view = replace(view, held=view.held | frozenset(routed))
+        return view

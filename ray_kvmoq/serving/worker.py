@@ -23,6 +23,7 @@ replica's event loop keeps serving other requests and routing-stats polls.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -72,6 +73,7 @@ class ReplicaCore:
         self.chunk = engine.engine.config.chunk_size
         self.ongoing = 0
         """Requests in progress on this replica (reported to the router)."""
+        self._inflight: dict[bytes, asyncio.Event] = {}
 
     # ---- naming ------------------------------------------------------------------------------
 
@@ -91,12 +93,46 @@ class ReplicaCore:
 
     async def prefill_kv(self, job: Job, *, publish: bool) -> PrefillOutcome:
         """Run prefill for ``job`` (see the module docstring); publish groups if ``publish``."""
+        mine: list[bytes] = []
+        try:
+            if job.reuse and job.hashes:
+                mine = await self._claim(job)
+            return await self._prefill(job, publish=publish, claimed=mine)
+        finally:
+            for h in mine:
+                self._inflight.pop(h).set()
+
+    async def _claim(self, job: Job) -> list[bytes]:
+        """Wait for chunks of this prompt that another request on this replica is computing
+        right now (recomputing them in parallel would only race it for the same cores), then
+        claim the ones nobody is computing. Returns the claimed hashes."""
+        reusable = job.hashes[: reusable_chunks(len(job.tokens), self.chunk)]
+        for h in reusable:
+            ev = self._inflight.get(h)
+            if ev is not None:
+                try:
+                    await asyncio.wait_for(ev.wait(), self.kv_timeout_s)
+                except TimeoutError:
+                    break
+        mine = [h for h in reusable if h not in self._inflight]
+        for h in mine:
+            self._inflight[h] = asyncio.Event()
+        return mine
+
+    def _release(self, h: bytes | None, claimed: list[bytes]) -> None:
+        if h is not None and h in claimed and h in self._inflight:
+            self._inflight[h].set()
+
+    async def _prefill(self, job: Job, *, publish: bool, claimed: list[bytes]) -> PrefillOutcome:
         tokens = list(job.tokens)
         ns = self.namespace(job)
         stats = KVStats(prefill_node=self.node_id)
         prefix: KVCache | None = None
         if job.reuse and job.hashes:
             prefix, stats = await self._fetch_prefix(job, stats)
+            if prefix is not None:
+                for got in job.hashes[: len(prefix.tensors())]:
+                    self._release(got, claimed)
             if prefix is not None and publish:
                 # Decode reads this prompt's own track: re-publish the reused groups under it.
                 for g, arr in enumerate(prefix.chunks()):
@@ -117,6 +153,7 @@ class ReplicaCore:
                 publish = await self._publish(ns, g, part.chunks(), h)
                 if not publish:
                     stats = stats.merged(KVStats(fallbacks=("publish",)))
+                self._release(h, claimed)
         assert done is not None  # a prompt has at least one token
         return PrefillOutcome(kv=done, stats=stats)
 

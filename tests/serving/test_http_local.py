@@ -174,3 +174,17 @@ async def test_stop_strings_cut_the_answer(client: httpx.AsyncClient) -> None:
     text = cut["choices"][0]["text"]
     assert stop not in text and cut["choices"][0]["finish_reason"] == "stop"
     assert full.startswith(text)
+
+
+async def test_concurrent_same_prefix_waits_instead_of_recomputing(
+    client: httpx.AsyncClient,
+) -> None:
+    import asyncio
+
+    salt = {"cache_salt": "concurrent"}
+    a, b = await asyncio.gather(
+        client.post("/v1/chat/completions", json=_chat("First question?", **salt)),
+        client.post("/v1/chat/completions", json=_chat("Second question?", **salt)),
+    )
+    cached = sorted(r.json()["usage"]["prompt_tokens_details"]["cached_tokens"] for r in (a, b))
+    assert cached[0] == 0 and cached[1] >= 256
