@@ -10,8 +10,9 @@ track aliases, GOAWAY, PUBLISH_DONE lingering).
 
 Layers: :mod:`.framer` and :mod:`.data` turn bytes into messages and objects; the lifecycles
 live in the transition tables of :mod:`.state`; this class routes QUIC events to handlers in
-:mod:`.session_subscribe` (SUBSCRIBE/PUBLISH), :mod:`.session_requests` (FETCH, namespaces,
-TRACK_STATUS) and :mod:`.session_data` (data plane), which share :mod:`.session_core`.
+:mod:`.session_subscribe` (SUBSCRIBE/PUBLISH), :mod:`.session_requests` (FETCH,
+TRACK_STATUS), :mod:`.session_namespaces` (PUBLISH_NAMESPACE, SUBSCRIBE_NAMESPACE) and
+:mod:`.session_data` (data plane), which share :mod:`.session_core`.
 
 Errors: :meth:`handle_event` is the single entry point for peer input and catches every
 :class:`~ray_kvmoq.moqt.errors.MoqtError`: it closes the QUIC connection with
@@ -96,6 +97,7 @@ from .messages import (
 )
 from .session_core import SessionConfig
 from .session_data import DataMixin, OutgoingObject
+from .session_namespaces import NamespacesMixin
 from .session_requests import RequestsMixin
 from .session_subscribe import SubscriptionsMixin
 from .state import SessionInput, SubscriberSubInput
@@ -107,7 +109,7 @@ SUPPORTED_VERSIONS: tuple[int, ...] = (DRAFT_14,)
 """Versions offered in CLIENT_SETUP / accepted from it, most preferred first."""
 
 
-class MoqtSession(SubscriptionsMixin, RequestsMixin, DataMixin):
+class MoqtSession(SubscriptionsMixin, RequestsMixin, NamespacesMixin, DataMixin):
     """One MoQT session over one aioquic ``QuicConnection`` (client or server role).
 
     Usage: create it right after the QUIC connection (client: call :meth:`setup`), pass every
