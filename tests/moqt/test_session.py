@@ -956,3 +956,33 @@ def test_random_api_walks_never_violate(data: st.DataObject) -> None:
     h.advance(10.0)
     assert h.client.terminated is None, h.client.terminated
     assert h.server.terminated is None, h.server.terminated
+
+
+# ------------------------------------------------------------------------------ surface
+
+
+def _isort_key(name: str) -> tuple[int, str]:
+    return (0 if name.isupper() else 1 if name[0].isupper() else 2, name)
+
+
+def test_public_surface_is_pinned_and_documented() -> None:
+    import dataclasses
+    import typing
+
+    from ray_kvmoq.moqt import events as events_mod
+    from ray_kvmoq.moqt import session as session_mod
+
+    for mod in (events_mod, session_mod):
+        assert mod.__all__ == sorted(mod.__all__, key=_isort_key), mod.__name__
+        assert all(hasattr(mod, n) for n in mod.__all__)
+    assert session_mod.__all__ == ["MoqtSession", "OutgoingObject", "SessionConfig"]
+    classes = [getattr(events_mod, n) for n in events_mod.__all__ if n != "MoqtEvent"]
+    assert set(typing.get_args(events_mod.MoqtEvent)) == set(classes)
+    for cls in classes:
+        assert cls.__doc__ and cls.__bases__ == (object,), cls  # never subclass an event
+        assert cls.__dataclass_params__.frozen and hasattr(cls, "__slots__"), cls
+        assert all(f.kw_only for f in dataclasses.fields(cls)), cls
+    public = [n for n in dir(MoqtSession) if not n.startswith("_")]
+    assert {"handle_event", "handle_timer", "get_timer", "setup", "close"} <= set(public)
+    for name in public:
+        assert getattr(MoqtSession, name).__doc__, name
