@@ -346,6 +346,9 @@ class MoqtConnection:
         except RequestError as exc:
             await self.close(SessionError.UNAUTHORIZED, exc.reason or "refused")
             return
+        except Exception as exc:  # a handler bug: refuse rather than leave requests hanging
+            await self.close(SessionError.INTERNAL_ERROR, f"setup handler failed: {exc!r}")
+            return
         if not self._ready.done():
             self._ready.set_result(event)
 
@@ -477,6 +480,14 @@ class MoqtConnection:
     ) -> None:
         """Run one handler method; answer what it left unanswered."""
         code, reason = 0, "the handler did not answer"
+        try:
+            # The peer's requests reach the handler only once on_setup accepted the session
+            # (its AUTHORIZATION_TOKENs), even if they arrive in the same flight as the setup.
+            await asyncio.shield(self._ready)
+        except BaseException:
+            if asyncio.iscoroutine(coro):
+                coro.close()
+            return
         try:
             await coro
             if accept is not None and not req.answered and not self.closed:

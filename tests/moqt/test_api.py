@@ -310,3 +310,27 @@ def test_package_surface_is_pinned_and_resolves() -> None:
     assert pkg.TransportConfig is aio.TransportConfig
     assert pkg.MoqtSession is session.MoqtSession
     assert pkg.self_signed is certs.self_signed
+
+
+async def test_requests_wait_for_the_setup_decision() -> None:
+    """A SUBSCRIBE racing a slow on_setup that refuses never reaches on_subscribe."""
+    seen: list[str] = []
+
+    class SlowGate(SessionHandler):
+        async def on_setup(self, session: MoqtConnection, setup: SetupCompleted) -> None:
+            await asyncio.sleep(0.3)
+            raise RequestError(SessionError.UNAUTHORIZED, "no")
+
+        async def on_subscribe(self, session: MoqtConnection, request: SubscribeRequest) -> None:
+            seen.append("subscribe")
+            request.accept()
+
+    server = await serve("127.0.0.1", 0, transport=SERVER_TLS, handler_factory=SlowGate)
+    try:
+        async with connect(f"moqt://127.0.0.1:{server.port}", transport=CLIENT_TLS) as client:
+            with pytest.raises(SessionClosed) as info:
+                await client.subscribe("a/b", "t")
+            assert info.value.error_code == SessionError.UNAUTHORIZED
+    finally:
+        server.close()
+    assert seen == []
