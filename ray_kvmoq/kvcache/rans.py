@@ -58,23 +58,23 @@ def encode(
     a = freq.shape[1]
     f32 = freq.astype(np.uint32)
     fc = (f32 | ((np.cumsum(f32, axis=1) - f32) << 16)).ravel()  # f | cum << 16
-    sym_s = np.ascontiguousarray(sym.reshape(n_t, steps, lanes).transpose(1, 0, 2))
-    fc_all = fc[sym_s + (table_of.astype(np.int32) * a).reshape(steps, 1, lanes)]
+    sym3 = sym.reshape(n_t, steps, lanes)
+    base = (table_of.astype(np.int32) * a).reshape(steps, lanes)
     words = np.empty((n_t, steps, lanes), np.uint16)  # x before renormalisation (low 16 bits)
     counts = np.empty((n_t, steps, lanes), np.uint8)  # bytes emitted: 0, 1 or 2
     x = np.full((n_t, lanes), RANS_L, np.uint32)
     lo16, scale = np.uint32(0xFFFF), np.uint32(PROB_SCALE)
     for s in range(steps - 1, -1, -1):
-        e = fc_all[s]
+        e = fc[sym3[:, s] + base[s]]
         f = e & lo16
         # emit while x >= ((RANS_L >> 12) << 8)·f = f << 19; a second byte is due iff
         # x >> 8 >= f << 19, i.e. x >= f << 27 (capping f at 16 keeps the bound above 2^31)
-        first = x >= (f << np.uint32(19))
-        second = x >= (np.minimum(f, 16) << np.uint32(27))
-        cnt = first.view(np.uint8) + second.view(np.uint8)
+        cnt = np.add(
+            x >= (f << np.uint32(19)), x >= (np.minimum(f, 16) << np.uint32(27)), dtype=np.uint8
+        )
         counts[:, s] = cnt
         words[:, s] = x
-        x >>= cnt.astype(np.uint32) << np.uint32(3)
+        x >>= cnt << np.uint8(3)
         # x' = (x // f) << 12 | (x mod f) + cum  ==  x + (x // f)·(4096 − f) + cum
         x += (x // f) * (scale - f)
         x += e >> np.uint32(16)
@@ -85,8 +85,9 @@ def _compact(words: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndar
     """Emitted bytes in decoder order (token, step, lane, high byte first) and per-token sizes."""
     n_t = words.shape[0]
     lens = counts.reshape(n_t, -1).sum(axis=1, dtype=np.int64)
-    # gathers through flatnonzero beat boolean masks ~5x on these random patterns
-    idx = np.flatnonzero(counts)
+    # flatnonzero of a bool array is ~8x faster than of uint8, and gathers through it beat
+    # boolean-mask indexing ~5x on these random patterns
+    idx = np.flatnonzero(counts.reshape(-1) > 0)
     w = words.ravel()[idx]
     c = counts.ravel()[idx]
     end = np.cumsum(c, dtype=np.int64)
@@ -116,13 +117,14 @@ def decode(
     steps = n // lanes
     if ((states < RANS_L) | (states >= np.uint32(1 << 31))).any():
         raise MalformedPayloadError("AC stream has an rANS state out of range")
-    tb = (table_of.astype(np.int64) * PROB_SCALE).reshape(steps, lanes)
+    # lanes-major [J, T]: the prefix sum over coders then runs down 32 rows of T tokens
+    tb = (table_of.astype(np.int64) * PROB_SCALE).reshape(steps, lanes, 1)
     # pairs[i] = buf[i] << 8 | buf[i+1]: both bytes a coder may need in one gather
     padded = np.concatenate((buf, np.zeros(2, np.uint8))).astype(np.uint32)
     pairs = (padded[:-1] << np.uint32(8)) | padded[1:]
-    out = np.empty((steps, n_t, lanes), np.uint8)
-    x = states.astype(np.uint32)
-    pos = starts.astype(np.int64)[:, None]
+    out = np.empty((steps, lanes, n_t), np.uint8)
+    x = np.ascontiguousarray(states.T, dtype=np.uint32)
+    pos = starts.astype(np.int64)[None, :]
     lo_bound, hi_bound = np.uint32(RANS_L), np.uint32(1 << 15)
     mask12, mask13 = np.uint32(PROB_SCALE - 1), np.uint32(0x1FFF)
     twelve, s25, sixteen = np.uint32(12), np.uint32(25), np.uint32(16)
@@ -131,14 +133,15 @@ def decode(
         x = ((e >> twelve) & mask13) * (x >> twelve) + (e & mask12)
         out[s] = e >> s25
         cnt = (x < lo_bound).view(np.uint8) + (x < hi_bound).view(np.uint8)
-        cs = np.cumsum(cnt, axis=1, dtype=np.int64)
+        cs = np.cumsum(cnt, axis=0, dtype=np.int64)
         w = np.take(pairs, pos + cs - cnt, mode="clip")
         sh = (cnt << 3).astype(np.uint32)
         x = (x << sh) | (w >> (sixteen - sh))
-        pos = pos + cs[:, -1:]
+        pos = pos + cs[-1:]
+    pos = pos.T
     if (pos[:, 0] != ends).any():
         bad = int(np.nonzero(pos[:, 0] != ends)[0][0])
         raise TruncatedPayloadError(f"AC stream of token {bad} does not end where it should")
     if (x != RANS_L).any():
         raise MalformedPayloadError("AC stream is corrupt (rANS final state mismatch)")
-    return out.transpose(1, 0, 2).reshape(n_t, n)
+    return out.transpose(2, 0, 1).reshape(n_t, n)
