@@ -243,7 +243,7 @@ class ReplicaCore:
                     reason = out.finish_reason or "stop"
                     error = out.error
         finally:
-            await stream.aclose()  # type: ignore[attr-defined]
+            await stream.aclose()
         yield DoneEvent(finish_reason=reason, error=error)
 
     async def pull_kv(self, job: Job, kv_node: str) -> tuple[KVCache | None, KVStats]:
