@@ -107,6 +107,9 @@ class TransportConfig:
     """Per-stream flow-control window we grant the peer."""
     idle_timeout: float = 30.0
     """Seconds without any packet before the connection is dropped (peer death detection)."""
+    keepalive: float | None = -1.0
+    """Seconds between PINGs so a quiet but live peer is never idled out; negative: a third of
+    ``idle_timeout``; None: no keepalive."""
     max_datagram_frame_size: int = 65536
     """QUIC DATAGRAM support (d14 requires it to be negotiated)."""
     cafile: str | None = None
@@ -266,6 +269,7 @@ class FastQuicProtocol(QuicConnectionProtocol):
         self._drain_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._sock: socket.socket | None = None
         self._send_sock: socket.socket | None = None
+        self._keepalive_handle: asyncio.TimerHandle | None = None
         if config.wide_stream_frames:
             setattr(  # noqa: B010
                 quic, "_write_stream_frame", types.MethodType(_write_stream_frame_wide, quic)
@@ -314,8 +318,24 @@ class FastQuicProtocol(QuicConnectionProtocol):
         self._process_events()
         self.transmit()
 
+    def _schedule_keepalive(self) -> None:
+        interval = self.config.keepalive
+        if interval is None:
+            return
+        if interval < 0:
+            interval = self.config.idle_timeout / 3
+        self._keepalive_handle = self._loop.call_later(interval, self._send_keepalive)
+
+    def _send_keepalive(self) -> None:
+        if self.is_closed:
+            return
+        self._quic.send_ping(0)  # uid 0: no waiter, the ACK is all we need
+        self.transmit()
+        self._schedule_keepalive()
+
     def quic_event_received(self, event: events.QuicEvent) -> None:
         if isinstance(event, events.HandshakeCompleted):
+            self._schedule_keepalive()
             peer = self._peer_udp_limit[-1] if self._peer_udp_limit else MAX_UDP_PAYLOAD
             size = min(self.config.max_datagram_size, peer, MAX_IPV4_UDP_PAYLOAD)
             size = max(SMALLEST_MAX_DATAGRAM_SIZE, size)
@@ -325,6 +345,8 @@ class FastQuicProtocol(QuicConnectionProtocol):
         self.on_event(event)
         if isinstance(event, events.ConnectionTerminated):
             self._wake_drain_waiters(error=True)
+            if self._keepalive_handle is not None:
+                self._keepalive_handle.cancel()
 
     # send path ------------------------------------------------------------------------------
 
