@@ -306,10 +306,17 @@ class DataMixin(SessionCore):
 
     def _stream_sent_fin(self, stream_id: int, st: _SendStream) -> None:
         del self._send_streams[stream_id]
+        self._send_stream_gone(stream_id, st)
+
+    def _send_stream_gone(self, stream_id: int, st: _SendStream) -> None:
+        """A stream we wrote ended (FIN or reset): update its fetch or subscription."""
         if st.is_fetch:
             rec = self._fetch_in.get(st.request_id)
-            if rec is not None and rec.machine.apply(FetchInput.SEND_STREAM_END) is (
-                FetchState.CLOSED
+            # Not when the fetch itself already ended (FETCH_CANCEL resets its stream).
+            if (
+                rec is not None
+                and rec.machine.allows(FetchInput.SEND_STREAM_END)
+                and rec.machine.apply(FetchInput.SEND_STREAM_END) is FetchState.CLOSED
             ):
                 self._fetch_in.pop(st.request_id, None)
                 self._peer_request_done(st.request_id)
@@ -329,10 +336,7 @@ class DataMixin(SessionCore):
             self._quic.reset_stream(stream_id, error_code)
         except ValueError:  # already finished at the QUIC layer
             pass
-        if not st.is_fetch:
-            pub = self._subs_in.get(st.request_id)
-            if pub is not None:
-                pub.open_streams.discard(stream_id)
+        self._send_stream_gone(stream_id, st)
 
     def _cancel_publisher_streams(self, rec: PublisherRecord) -> None:
         for stream_id in list(rec.open_streams):

@@ -986,3 +986,37 @@ def test_public_surface_is_pinned_and_documented() -> None:
     assert {"handle_event", "handle_timer", "get_timer", "setup", "close"} <= set(public)
     for name in public:
         assert getattr(MoqtSession, name).__doc__, name
+
+
+def test_reset_fetch_stream_after_ok_ends_the_fetch() -> None:
+    h = Harness()
+    c, s = h.client.session, h.server.session
+    rid = c.fetch(NS, TRACK, start=Location(0, 0), end=Location(5, 0))
+    h.pump()
+    s.accept_fetch(rid, end=Location(5, 0))
+    sid = s.open_fetch_stream(rid)
+    s.write_fetch_object(sid, group=0, subgroup=0, object_id=0, payload=b"a")
+    h.pump()
+    s.reset_subgroup(sid, StreamResetCode.INTERNAL_ERROR)  # the upstream failed mid-way
+    h.pump()
+    assert rid not in s._fetch_in and rid not in c._fetch_out
+    reset = h.client.last(DataStreamReset)
+    assert (reset.request_id, reset.error_code) == (rid, StreamResetCode.INTERNAL_ERROR)
+    s.reset_subgroup(sid)  # again: a no-op
+    with pytest.raises(LocalProtocolError):
+        s.reject_fetch(rid, 0)
+
+
+def test_reject_fetch_after_stream_opened_resets_it() -> None:
+    h = Harness()
+    c, s = h.client.session, h.server.session
+    rid = c.fetch(NS, TRACK, start=Location(0, 0), end=Location(5, 0))
+    h.pump()
+    sid = s.open_fetch_stream(rid)
+    s.write_fetch_object(sid, group=0, subgroup=0, object_id=0, payload=b"a")
+    h.pump()
+    s.reject_fetch(rid, FetchErrorCode.TIMEOUT, "upstream timed out")
+    h.pump()
+    assert h.client.last(FetchRejected).error_code == FetchErrorCode.TIMEOUT
+    assert rid not in s._fetch_in and rid not in c._fetch_out
+    assert h.client.terminated is None and h.server.terminated is None
