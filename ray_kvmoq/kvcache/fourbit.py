@@ -15,7 +15,15 @@ import torch
 
 from .codec import _check_kv_flags, _FixedCodec
 from .errors import MalformedPayloadError
-from .layout import KVGeometry, OutDType, one_thread, section, to_float32, token_major
+from .layout import (
+    KVGeometry,
+    OutDType,
+    block_absmax,
+    one_thread,
+    section,
+    to_float32,
+    token_major,
+)
 from .naming import CodecId
 
 _FP16_MAX = np.float32(65504.0)
@@ -133,8 +141,7 @@ class FP4Codec(_FixedCodec):
         tm, geo = token_major(kv)
         n_t, n_l = kv.shape[3], geo.num_layers
         xg = to_float32(tm).reshape(-1, 16)  # [R, 16]: one row per block
-        with one_thread():
-            bamax = torch.from_numpy(xg).abs().amax(dim=1).numpy()
+        bamax = block_absmax(tm, 16)
         per_lkv = bamax.reshape(n_t * n_l * 2, -1)
         gscale = per_lkv.max(axis=1) / np.float32(448 * 6)
         gscale[~(gscale > 0)] = 1.0

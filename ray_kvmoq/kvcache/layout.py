@@ -271,6 +271,27 @@ def absmax_rows(x: np.ndarray) -> np.ndarray:
     return (mag.astype(np.uint32) << np.uint32(16)).view(np.float32)
 
 
+def block_absmax(tm: np.ndarray, block: int) -> np.ndarray:
+    """``max |x|`` over consecutive blocks of ``block`` (a power of two) values, as float32.
+
+    A cascade of pairwise maxima over the flat magnitude bits: each step is one long strided
+    numpy loop, where a reduction over rows of 16 would pay per-row overhead 92 k times.
+    """
+    if tm.dtype == np.float32:
+        mag = tm.reshape(-1).view(np.uint32) & np.uint32(0x7FFFFFFF)
+    else:
+        mag = tm.reshape(-1).view(np.uint16) & np.uint16(0x7FFF)
+    k = block
+    while k > 1:
+        mag = np.maximum(mag[0::2], mag[1::2])
+        k //= 2
+    if tm.dtype == np.float32:
+        return mag.view(np.float32)
+    if tm.dtype == np.float16:
+        return mag.view(np.float16).astype(np.float32)
+    return (mag.astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
 def section(body: np.ndarray, offset: int, count: int, dtype: Any) -> np.ndarray:
     """Typed ``[T, count]`` view of bytes ``offset..`` of every row of ``body``."""
     dt = np.dtype(dtype)
