@@ -92,7 +92,9 @@ def _pinned(cls: Any, node_id: str, **kw: Any) -> Any:
     ).remote(**kw)
 
 
-def _run(subscribers: int, group_mb: int, groups: int, address: str | None) -> dict[str, Any]:
+def _run(
+    subscribers: int, group_mb: int, groups: int, address: str | None, datagram: int
+) -> dict[str, Any]:
     import ray
 
     from ray_kvmoq.relay.actor import RelayActor, get_directory
@@ -117,17 +119,25 @@ def _run(subscribers: int, group_mb: int, groups: int, address: str | None) -> d
         cluster.add_node(num_cpus=2, node_ip_address="127.0.0.2", object_store_memory=store)
         cluster.wait_for_nodes()
         address = cluster.address
-    ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    owns_ray = not ray.is_initialized()  # a test may already be connected to its cluster
+    if owns_ray:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False)
     actors: list[Any] = []
     try:
         alive = [n for n in ray.nodes() if n["Alive"]]
         if len(alive) < 2:
             raise click.ClickException("the bench needs a cluster with at least two nodes")
         node_a, node_b = alive[0]["NodeID"], alive[1]["NodeID"]
+        from ray_kvmoq.relay.network import ClusterSecurity
+
         directory = get_directory()
         budget = 4 * groups * group_mb << 20
+        net = {
+            "security": ClusterSecurity.generate(),
+            "transport_options": {"max_datagram_size": datagram},
+        }
         relays = [
-            _pinned(RelayActor, n, budget_bytes=budget, directory=directory)
+            _pinned(RelayActor, n, budget_bytes=budget, directory=directory, network=net)
             for n in (node_a, node_b)
         ]
         actors += relays
@@ -193,7 +203,8 @@ def _run(subscribers: int, group_mb: int, groups: int, address: str | None) -> d
     finally:
         for a in actors:
             ray.kill(a)
-        ray.shutdown()
+        if owns_ray:
+            ray.shutdown()
         if cluster is not None:
             cluster.shutdown()
 
@@ -217,10 +228,20 @@ def _run(subscribers: int, group_mb: int, groups: int, address: str | None) -> d
     default=None,
     help="Use this Ray cluster (needs two nodes) instead of starting one.",
 )
+@click.option(
+    "--datagram",
+    default=1452,
+    show_default=True,
+    type=click.IntRange(1200, 65527),
+    help="QUIC datagram size between relays (loopback allows up to 65527).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object to stdout.")
-def relay(subscribers: int, group_mb: int, groups: int, address: str | None, as_json: bool) -> None:
+def relay(
+    subscribers: int, group_mb: int, groups: int, address: str | None, datagram: int, as_json: bool
+) -> None:
     """Relay fan-out, cross-node pull over MoQT vs ray.get, same-node zero-copy reads."""
-    res = _run(subscribers, group_mb, groups, address)
+    res = _run(subscribers, group_mb, groups, address, datagram)
+    res["datagram"] = datagram
     if as_json:
         click.echo(json.dumps(res))
         return

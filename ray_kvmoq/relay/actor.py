@@ -186,13 +186,23 @@ class DirectoryActor:
                     await self.remove_node(node_id)
 
 
+_HELD: dict[str, Any] = {}
+
+
 def get_directory(*, create: bool = True) -> Any:
-    """The ``kvmoq_directory`` actor handle (created, owned by the caller, if absent)."""
+    """The ``kvmoq_directory`` actor handle (created, owned by the caller, if absent).
+
+    Ray collects a non-detached actor once no handle is left, so this process keeps one: the
+    directory lives as long as the process that created it (or until ``ray.shutdown``).
+    """
     if not create:
         return ray.get_actor(DIRECTORY_NAME)
-    return DirectoryActor.options(  # type: ignore[attr-defined]
+    handle = DirectoryActor.options(  # type: ignore[attr-defined]
         name=DIRECTORY_NAME, get_if_exists=True, num_cpus=0
     ).remote()
+    # keep the first handle of each directory actor: it is the owner's, later ones are borrowed
+    _HELD.setdefault(handle._actor_id.hex(), handle)
+    return handle
 
 
 @ray.remote(num_cpus=0, max_restarts=0)

@@ -266,6 +266,8 @@ class PeerPool:
         self._token = token
         self._keepalive_s = keepalive_s
         self._timeout = connect_timeout_s
+        self.attempts = 2
+        """Handshake attempts per connect (a lost Initial under load costs one timeout)."""
         self._peers: dict[tuple[str, int], _Peer] = {}
         self._locks: dict[tuple[str, int], asyncio.Lock] = {}
         self.connects = 0
@@ -283,6 +285,15 @@ class PeerPool:
         return SessionUpstream(peer.conn, self._token)
 
     async def _open(self, info: NodeInfo) -> _Peer:
+        for attempt in range(self.attempts):
+            try:
+                return await self._open_once(info)
+            except (TimeoutError, ConnectionError):
+                if attempt + 1 == self.attempts:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _open_once(self, info: NodeInfo) -> _Peer:
         stack = contextlib.AsyncExitStack()
         tokens = () if self._token is None else (_use_value(self._token()),)
         host = f"[{info.host}]" if ":" in info.host else info.host

@@ -539,6 +539,7 @@ class Relay:
         if self.directory is not None and self._connect is not None:
             for info in await self.directory.locate(namespace, track):
                 if info.node_id == self.node_id:
+                    failures.append(f"{info.node_id[:8]}: ourselves")
                     continue
                 try:
                     return await self._connect(info)
