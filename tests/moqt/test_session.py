@@ -1020,3 +1020,67 @@ def test_reject_fetch_after_stream_opened_resets_it() -> None:
     assert h.client.last(FetchRejected).error_code == FetchErrorCode.TIMEOUT
     assert rid not in s._fetch_in and rid not in c._fetch_out
     assert h.client.terminated is None and h.server.terminated is None
+
+
+# ------------------------------------------------------------------------------ captured bytes
+# Byte strings captured from real peers (moqt-draft14.md §2.10), fed to our server session.
+
+
+def _raw_client_session() -> Harness:
+    h = Harness(setup=False)
+    h.client.raw = True  # the test writes the client's bytes
+    return h
+
+
+def test_aiomoqt_client_setup_vector() -> None:
+    """aiomoqt 0.5.3 CLIENT_SETUP (d14 §9.3) [captured]."""
+    h = _raw_client_session()
+    h.inject(
+        h.client,
+        0,
+        bytes.fromhex(
+            "200033 01 c0000000ff00000e 04 01042f6d6f71 050f3132372e302e302e313a3234343833"
+            " 026710 070d61696f6d6f71742f302e352e33"
+        ),
+    )
+    done = h.server.last(SetupCompleted)
+    assert (done.path, done.authority, done.implementation) == (
+        b"/moq",
+        b"127.0.0.1:24483",
+        b"aiomoqt/0.5.3",
+    )
+    assert done.peer_max_request_id == 10000
+    # Our SERVER_SETUP went back on the same stream: type 0x21, version d14.
+    assert h.received(h.client).startswith(b"\x21") and bytes.fromhex(
+        "c0000000ff00000e"
+    ) in h.received(h.client)
+
+
+def test_moq_dev_session_start_vectors() -> None:
+    """moq-dev (moq-ffi 0.4.18): CLIENT_SETUP with private params, SUBSCRIBE_NAMESPACE with an
+    empty prefix, SUBSCRIBE and its automatic joining FETCH (d14 §9.3, §9.7, §9.16, §9.28)
+    [captured]."""
+    h = _raw_client_session()
+    setup = (
+        "20003b 01 c0000000ff00000e 05 02c0000000ffffffff 80040b5a01 80040b5c01"
+        " 070b6d6f712d6c6974652d7273 050f3132372e302e302e313a3234343533"
+    )
+    h.inject(h.client, 0, bytes.fromhex(setup))
+    assert h.server.last(SetupCompleted).peer_max_request_id == 0xFFFFFFFF
+    h.inject(h.client, 0, bytes.fromhex("110003 00 00 00"))
+    h.inject(h.client, 0, bytes.fromhex("030012 02 02 026b76 0474657374 027430 ff 02 01 02 00"))
+    h.inject(h.client, 0, bytes.fromhex("160007 04 ff 01 02 02 00 00"))
+    assert h.server.last(SubscribeNamespaceRequested).track_namespace_prefix == ()
+    sub = h.server.last(SubscribeRequested)
+    assert (sub.request_id, sub.track_namespace, sub.track_name) == (2, (b"kv", b"test"), b"t0")
+    assert (sub.subscriber_priority, sub.group_order, sub.filter_type) == (255, 2, 2)
+    fetch = h.server.last(FetchRequested)
+    assert (fetch.fetch_type, fetch.joining_request_id, fetch.joining_start) == (2, 2, 0)
+    # Accepting the SUBSCRIBE with content later does not retro-resolve the fetch; the
+    # application may refuse it (moq-dev tolerates that) - quirk 4.
+    h.server.session.accept_subscribe(2, track_alias=3, largest=Location(0, 0))
+    h.server.session.reject_fetch(4, FetchErrorCode.NOT_SUPPORTED)
+    h.pump()
+    assert h.server.terminated is None
+    # SUBSCRIBE_OK as moq-dev's publisher would decode it: 04 len 02 03 00 01 01 00 00 00.
+    assert bytes.fromhex("0400080203000101000000") in h.received(h.client)
