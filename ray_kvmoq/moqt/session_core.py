@@ -1,7 +1,8 @@
 """Shared state of a MoQT session: configuration, request records, request-id flow control.
 
-:class:`~ray_kvmoq.moqt.session.MoqtSession` is assembled from mixins (control requests in
-:mod:`.session_requests`, data plane in :mod:`.session_data`); they all derive from
+:class:`~ray_kvmoq.moqt.session.MoqtSession` is assembled from mixins (subscriptions in
+:mod:`.session_subscribe`, FETCH and TRACK_STATUS in :mod:`.session_requests`, namespaces in
+:mod:`.session_namespaces`, the data plane in :mod:`.session_data`); they all derive from
 :class:`SessionCore`, which owns every attribute and the helpers they share. Nothing here does
 I/O: writes go through the aioquic ``QuicConnection``, which only buffers.
 
@@ -9,13 +10,17 @@ Invariants:
 
 * Every request is a record in exactly one dict, keyed by request id, holding a
   :class:`~ray_kvmoq.moqt.state.StateMachine`; a record leaves its dict when its machine
-  reaches ``CLOSED`` (``_drop_*`` helpers), so a response to it afterwards is "unknown".
+  reaches ``CLOSED`` (``_drop_*`` helpers), so a response to it afterwards is "unknown" - a
+  PROTOCOL_VIOLATION, unless we *abandoned* the request first (FETCH_CANCEL,
+  PUBLISH_NAMESPACE_DONE, UNSUBSCRIBE_NAMESPACE, PUBLISH_DONE before PUBLISH_OK, PUBLISH_ERROR,
+  an UNSUBSCRIBE never answered): then a response crossing ours on the wire is dropped quietly
+  (``_abandoned``, bounded).
 * Request ids: ours are ``_next_request_id`` (client even, server odd, +2); the peer's must be
   exactly ``_peer_next_id`` and below ``_granted`` (d14 §9.1). ``_peer_active`` holds the peer's
   requests still open; MAX_REQUEST_ID is replenished from it (``_maybe_grant``).
 * Every peer-driven collection is bounded: requests by the granted window, parked data by
-  ``SessionConfig.unknown_alias_buffer_bytes``, retired aliases by ``_RETIRED_MAX``, the token
-  cache by the size we advertised.
+  ``SessionConfig.unknown_alias_buffer_bytes``, retired aliases and abandoned ids by
+  ``_RETIRED_MAX``, the token cache by the size we advertised.
 """
 
 from __future__ import annotations

@@ -26,9 +26,11 @@ Lifecycles (d14 section numbers):
   peer's PUBLISH (``OFFERED``).
 * subscription, publisher side: created by the peer's SUBSCRIBE (``REQUESTED``) or our PUBLISH
   (``OFFERED``).
-* fetch, both sides (§9.16-§9.19, §10.4.4).
+* fetch, both sides (§9.16-§9.19, §10.4.4): FETCH_OK/ERROR and the fetch stream may come in
+  either order; FETCH_CANCEL ends the subscriber's state at once (the session then drops a
+  crossing response quietly).
 * namespace requests (PUBLISH_NAMESPACE §9.23-§9.27, SUBSCRIBE_NAMESPACE §9.28-§9.31), both sides.
-* TRACK_STATUS (§9.19-§9.21), both sides.
+* TRACK_STATUS (§9.20-§9.22), both sides.
 """
 
 from __future__ import annotations
