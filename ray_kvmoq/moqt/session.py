@@ -96,14 +96,14 @@ from .messages import (
     UnsubscribeNamespace,
 )
 from .session_core import SessionConfig
-from .session_data import DataMixin, OutgoingObject
+from .session_data import DataMixin, OutgoingFetchObject, OutgoingObject
 from .session_namespaces import NamespacesMixin
 from .session_requests import RequestsMixin
 from .session_subscribe import SubscriptionsMixin
 from .state import SessionInput, SubscriberSubInput
 from .types import DRAFT_14, SessionError
 
-__all__ = ["MoqtSession", "OutgoingObject", "SessionConfig"]
+__all__ = ["MoqtSession", "OutgoingFetchObject", "OutgoingObject", "SessionConfig"]
 
 SUPPORTED_VERSIONS: tuple[int, ...] = (DRAFT_14,)
 """Versions offered in CLIENT_SETUP / accepted from it, most preferred first."""

@@ -55,10 +55,14 @@ from .state import SubscriberSubState as SubState
 from .types import ObjectStatus, StreamResetCode
 from .wire import KeyValuePairs
 
-__all__ = ["DataMixin", "OutgoingObject"]
+__all__ = ["DataMixin", "OutgoingFetchObject", "OutgoingObject"]
 
 OutgoingObject = tuple[int, bytes] | tuple[int, bytes, KeyValuePairs]
 """An object for :meth:`DataMixin.write_objects`: ``(object_id, payload[, extensions])``."""
+
+OutgoingFetchObject = tuple[int, int, int, bytes] | tuple[int, int, int, bytes, KeyValuePairs]
+"""An object for :meth:`DataMixin.write_fetch_objects`:
+``(group, subgroup, object_id, payload[, extensions])``."""
 
 _CANCELLED_MAX = 4096
 
@@ -242,6 +246,31 @@ class DataMixin(SessionCore):
             status=status,
             out=buf,
         )
+        self._write(stream_id, st, buf, end_stream)
+
+    def write_fetch_objects(
+        self,
+        stream_id: int,
+        objects: Iterable[OutgoingFetchObject],
+        *,
+        priority: int = 128,
+        end_stream: bool = False,
+    ) -> None:
+        """Append a batch of objects to a fetch stream with one transport write."""
+        st = self._writable(stream_id, fetch=True)
+        if st is None:
+            return
+        buf = bytearray()
+        for item in objects:
+            encode_fetch_object(
+                group=item[0],
+                subgroup=item[1],
+                object_id=item[2],
+                publisher_priority=priority,
+                payload=item[3],
+                extensions=item[4] if len(item) == 5 else (),
+                out=buf,
+            )
         self._write(stream_id, st, buf, end_stream)
 
     def end_fetch_stream(self, stream_id: int) -> None:

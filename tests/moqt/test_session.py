@@ -457,16 +457,16 @@ def test_standalone_fetch() -> None:
     s.write_fetch_object(sid, group=0, subgroup=0, object_id=0, payload=b"abcd")
     h.pump()
     s.accept_fetch(rid, end=Location(2, 0))
-    s.write_fetch_object(
-        sid, group=1, subgroup=0, object_id=3, payload=b"e", extensions=((0x20, 7),)
+    s.write_fetch_objects(
+        sid, [(1, 0, 3, b"e", ((0x20, 7),)), (1, 0, 4, b"f" * 50_000)], end_stream=True
     )
-    s.end_fetch_stream(sid)
     h.pump()
     assert h.client.last(FetchAccepted).end == Location(2, 0)
     got = objects(h)
-    assert [(o.group, o.object_id, o.payload, o.track_alias) for o in got] == [
+    assert [(o.group, o.object_id, o.payload[:4], o.track_alias) for o in got] == [
         (0, 0, b"abcd", None),
         (1, 3, b"e", None),
+        (1, 4, b"ffff", None),
     ]
     assert got[1].extensions == ((0x20, 7),)
     assert h.client.last(FetchStreamEnded).request_id == rid
@@ -975,7 +975,12 @@ def test_public_surface_is_pinned_and_documented() -> None:
     for mod in (events_mod, session_mod):
         assert mod.__all__ == sorted(mod.__all__, key=_isort_key), mod.__name__
         assert all(hasattr(mod, n) for n in mod.__all__)
-    assert session_mod.__all__ == ["MoqtSession", "OutgoingObject", "SessionConfig"]
+    assert session_mod.__all__ == [
+        "MoqtSession",
+        "OutgoingFetchObject",
+        "OutgoingObject",
+        "SessionConfig",
+    ]
     classes = [getattr(events_mod, n) for n in events_mod.__all__ if n != "MoqtEvent"]
     assert set(typing.get_args(events_mod.MoqtEvent)) == set(classes)
     for cls in classes:
