@@ -32,6 +32,7 @@ from enum import IntEnum
 
 import numpy as np
 
+from ..moqt.types import MAX_FULL_TRACK_NAME
 from .errors import KVNameError, UnknownCodecError
 
 KV_NAMESPACE_ROOT = b"moq://kvcache.moq.arpa/v1/"
@@ -41,7 +42,6 @@ DEFAULT_CHUNK_SIZE = 128
 """Tokens per group (chunk) unless the cluster configures another value."""
 
 CODEBOOK_TRACK_SUFFIX = b".codebook"
-_MAX_NAME_BYTES = 4096  # MoQT draft-14: namespace fields + track name <= 4096 bytes
 _PROMPT_ID_LEN = 32
 _HEX = frozenset(b"0123456789abcdef")
 
@@ -219,7 +219,7 @@ def parse_kv_track(namespace: Sequence[bytes], track_name: bytes) -> KVTrackName
     name = bytes(track_name)
     if root != KV_NAMESPACE_ROOT:
         raise KVNameError(f"not a KV namespace: first field {root[:64]!r}")
-    if sum(map(len, fields)) + len(name) > _MAX_NAME_BYTES:
+    if sum(map(len, fields)) + len(name) > MAX_FULL_TRACK_NAME:
         raise KVNameError("full track name longer than 4096 bytes")
     try:
         model = model_b.decode("utf-8")
