@@ -1089,3 +1089,76 @@ def test_moq_dev_session_start_vectors() -> None:
     assert h.server.terminated is None
     # SUBSCRIBE_OK as moq-dev's publisher would decode it: 04 len 02 03 00 01 01 00 00 00.
     assert bytes.fromhex("0400080203000101000000") in h.received(h.client)
+
+
+# ------------------------------------------------------------------------------ crossings
+
+
+def test_data_crossing_unsubscribe_is_dropped() -> None:
+    h = Harness()
+    c, s = h.client.session, h.server.session
+    rid, alias = subscribed(h)
+    sid = s.open_subgroup(rid, 4)
+    s.write_object(sid, 0, b"before")
+    h.pump()
+    c.unsubscribe(rid)
+    # Before the UNSUBSCRIBE lands, more data is already on the wire: one more object on the
+    # open stream and a brand-new stream (written below the server's session).
+    h.server.quic.send_stream_data(sid, bytes.fromhex("00 05") + b"after")
+    h.inject_uni(h.server, bytes([0x10, alias, 5, 0x80, 0, 1]) + b"x")
+    assert [o.payload for o in objects(h)] == [b"before"]
+    assert h.client.last(PublishDoneReceived).status_code == PublishDoneCode.SUBSCRIPTION_ENDED
+    assert not c._subs_out
+    assert all(st.ignore for st in c._recv.values())  # whatever is left is being dropped
+    assert h.client.terminated is None and h.server.terminated is None
+
+
+def test_fetch_stream_crossing_cancel_is_stopped() -> None:
+    h = Harness()
+    c, s = h.client.session, h.server.session
+    rid = c.fetch(NS, TRACK, start=Location(0, 0), end=Location(1, 0))
+    h.pump()
+    c.fetch_cancel(rid)  # not yet delivered when the server answers
+    s.accept_fetch(rid, end=Location(1, 0))
+    sid = s.open_fetch_stream(rid)
+    s.write_fetch_object(sid, group=0, subgroup=0, object_id=0, payload=b"a")
+    h.pump()
+    assert objects(h) == [] and h.client.of_type(FetchAccepted) == []
+    assert h.server.last(FetchCancelled).request_id == rid
+    assert h.client.terminated is None and h.server.terminated is None
+
+
+def test_parked_stream_reset_releases_its_budget() -> None:
+    h = Harness()
+    sid = h.inject_uni(h.server, bytes.fromhex("10 09 01 80 00 04 61626364"))
+    assert h.client.session._parked_total > 0
+    h.server.quic.reset_stream(sid, StreamResetCode.CANCELLED)
+    h.pump()
+    assert h.client.session._parked_total == 0 and not h.client.session._parked_by_alias
+    assert h.client.session.get_timer() is None
+    h.advance(5.0)
+    assert h.client.terminated is None
+
+
+def test_cancel_namespace_answers_pending_announcements_with_error() -> None:
+    """CANCEL names a namespace: an announcement not yet answered gets an ERROR instead, so
+    a re-announcement crossing the CANCEL keeps exactly one answer."""
+    h = Harness()
+    c, s = h.client.session, h.server.session
+    r1 = c.publish_namespace(NS)
+    h.pump()
+    s.accept_publish_namespace(r1)
+    r2 = c.publish_namespace(NS)
+    h.pump()
+    s.publish_namespace_cancel(NS, 4, "go")
+    h.pump()
+    assert h.client.last(PublishNamespaceCancelled).request_ids == (r1,)
+    assert h.client.last(PublishNamespaceRejected).request_id == r2
+    assert not c._pubns_out and not s._pubns_in
+    # Only pending ones: an ERROR each and no CANCEL at all.
+    r3 = c.publish_namespace(NS)
+    h.pump()
+    s.publish_namespace_cancel(NS, 4)
+    h.pump()
+    assert h.client.last(PublishNamespaceRejected).request_id == r3
+    assert len(h.client.of_type(PublishNamespaceCancelled)) == 1
