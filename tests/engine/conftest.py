@@ -1,5 +1,8 @@
 """Engine fixtures: seeded tiny random checkpoints (HF directories written by transformers) and
-the real SmolLM2, loaded once per session (the bf16 cache makes loads after the first fast)."""
+the real SmolLM2, loaded once per session (the bf16 cache makes loads after the first fast).
+
+``ray_kvmoq.engine`` is imported before anything imports torch, so its ``OMP_WAIT_POLICY``
+default applies to this test process (see ``ray_kvmoq/engine/_env.py``)."""
 
 from __future__ import annotations
 
@@ -9,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
+
+import ray_kvmoq.engine  # noqa: F401  (first torch import goes through it)
 
 TINY_SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 
@@ -36,6 +40,7 @@ def write_byte_tokenizer(d: Path) -> None:
 
 def make_tiny_checkpoint(d: Path, arch: str = "llama", seed: int = 0, **overrides: Any) -> Path:
     """Write a seeded random HF checkpoint of ``arch`` (llama | qwen2 | mistral) into ``d``."""
+    import torch
     import transformers
 
     common: dict[str, Any] = dict(
