@@ -24,6 +24,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import click
@@ -92,116 +93,161 @@ def _pinned(cls: Any, node_id: str, **kw: Any) -> Any:
     ).remote(**kw)
 
 
+def _start_cluster(groups: int, group_mb: int) -> Any:
+    from ray.cluster_utils import Cluster
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.makedirs("/tmp/ray", exist_ok=True)  # Cluster.add_node writes its address file there
+    store = max(256 << 20, 3 * groups * group_mb << 20)
+    _log("starting a 2-node Ray cluster (head + 127.0.0.2)")
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args=dict(
+            num_cpus=2,
+            include_dashboard=False,
+            object_store_memory=store,
+            temp_dir=tempfile.mkdtemp(prefix="rkb", dir="/tmp"),
+        ),
+    )
+    cluster.add_node(num_cpus=2, node_ip_address="127.0.0.2", object_store_memory=store)
+    cluster.wait_for_nodes()
+    return cluster
+
+
+@dataclass
+class _Ctx:
+    """What every measurement needs: two pinned relays, a consumer class, sizes."""
+
+    node_a: str
+    node_b: str
+    rel_a: Any
+    rel_b: Any
+    consumer: Any
+    groups: int
+    size: int
+    actors: list[Any] = field(default_factory=list)
+
+    def pin(self, node: str) -> Any:
+        actor = _pinned(self.consumer, node)
+        self.actors.append(actor)
+        return actor
+
+    def publish(self, track: str, payloads: list[bytes], *, end: bool = True) -> None:
+        import ray
+
+        for g, p in enumerate(payloads):
+            last = end and g == len(payloads) - 1
+            ray.get(
+                self.rel_a.publish_group.remote(NS, track, g, [p], end_of_track=last), timeout=60
+            )
+        ray.get(self.rel_a.flush_directory.remote(), timeout=60)
+
+
+def _setup(groups: int, group_mb: int, datagram: int) -> _Ctx:
+    import ray
+
+    from ray_kvmoq.relay.actor import RelayActor, get_directory
+    from ray_kvmoq.relay.peers import ClusterSecurity
+
+    alive = [n for n in ray.nodes() if n["Alive"]]
+    if len(alive) < 2:
+        raise click.ClickException("the bench needs a cluster with at least two nodes")
+    node_a, node_b = alive[0]["NodeID"], alive[1]["NodeID"]
+    net = {
+        "security": ClusterSecurity.generate(),
+        "transport_options": {"max_datagram_size": datagram},
+    }
+    budget = 4 * groups * group_mb << 20
+    relays = [
+        _pinned(RelayActor, n, budget_bytes=budget, directory=get_directory(), network=net)
+        for n in (node_a, node_b)
+    ]
+    ctx = _Ctx(node_a, node_b, relays[0], relays[1], _consumer_cls(), groups, group_mb << 20)
+    ctx.actors += relays
+    ray.get([r.start.remote() for r in relays], timeout=60)
+    return ctx
+
+
+def _fanout(ctx: _Ctx, subscribers: int) -> dict[str, Any]:
+    import ray
+
+    _log(
+        f"fan-out: 1 track × {ctx.groups} groups of {ctx.size >> 20} MiB, {subscribers} subscribers"
+    )
+    payloads = [bytes([g + 1]) * ctx.size for g in range(ctx.groups)]
+    ctx.publish("fanout", payloads[:1], end=ctx.groups == 1)
+    subs = [ctx.pin(ctx.node_b) for _ in range(subscribers)]
+    futs = [s.follow.remote(ctx.rel_b, NS, "fanout") for s in subs]
+    for g in range(1, ctx.groups):
+        last = g == ctx.groups - 1
+        ray.get(
+            ctx.rel_a.publish_group.remote(NS, "fanout", g, [payloads[g]], end_of_track=last),
+            timeout=60,
+        )
+    delivered = sum(ray.get(futs, timeout=300))
+    upstream = ray.get(ctx.rel_b.stats.remote(), timeout=30)["upstream_bytes"]
+    track_bytes = ctx.groups * ctx.size
+    return {
+        "subscribers": subscribers,
+        "track_bytes": track_bytes,
+        "fanout_upstream_bytes": upstream,
+        "fanout_delivered_bytes": delivered,
+        "fanout_upstream_ratio": upstream / track_bytes,
+        "fanout_delivered_ratio": delivered / track_bytes,
+    }
+
+
+def _pull(ctx: _Ctx) -> dict[str, Any]:
+    import ray
+
+    _log("pull: B's relay fetches a fresh track from A over MoQT")
+    payloads = [bytes([g % 251]) * ctx.size for g in range(ctx.groups)]
+    ctx.publish("pull", payloads)
+    reader = ctx.pin(ctx.node_b)
+    pull = ray.get(reader.pull.remote(ctx.rel_b, NS, "pull", ctx.groups), timeout=300)
+    _log("baseline: ray.get of the same bytes across nodes")
+    ctx.publish("rayget", payloads, end=False)
+    refs = [
+        ray.get(ctx.rel_a.get_group_ref.remote(NS, "rayget", g), timeout=60)
+        for g in range(ctx.groups)
+    ]
+    ray_get = ray.get(reader.ray_get.remote(refs), timeout=300)
+    return {
+        "pull_mb_s": pull,
+        "ray_get_mb_s": ray_get,
+        "pull_vs_ray_get": pull / ray_get if ray_get else 0.0,
+    }
+
+
+def _zero_copy(ctx: _Ctx) -> dict[str, Any]:
+    import ray
+
+    _log("zero-copy: same-node read of a sealed 4 MiB group")
+    ray.get(ctx.rel_a.publish_group.remote(NS, "local", 0, [b"\x07" * (4 << 20)]), timeout=60)
+    reader = ctx.pin(ctx.node_a)
+    lat = ray.get(reader.read_latency.remote(ctx.rel_a, NS, "local", 50), timeout=120)
+    return {"zero_copy_read_ms": lat["median_ms"], "zero_copy": not lat["copied"]}
+
+
 def _run(
     subscribers: int, group_mb: int, groups: int, address: str | None, datagram: int
 ) -> dict[str, Any]:
     import ray
 
-    from ray_kvmoq.relay.actor import RelayActor, get_directory
-
-    cluster = None
-    if address is None:
-        from ray.cluster_utils import Cluster
-
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        os.makedirs("/tmp/ray", exist_ok=True)
-        store = max(256 << 20, 3 * groups * group_mb << 20)
-        _log("starting a 2-node Ray cluster (head + 127.0.0.2)")
-        cluster = Cluster(
-            initialize_head=True,
-            head_node_args=dict(
-                num_cpus=2,
-                include_dashboard=False,
-                object_store_memory=store,
-                temp_dir=tempfile.mkdtemp(prefix="rkb", dir="/tmp"),
-            ),
-        )
-        cluster.add_node(num_cpus=2, node_ip_address="127.0.0.2", object_store_memory=store)
-        cluster.wait_for_nodes()
-        address = cluster.address
+    cluster = _start_cluster(groups, group_mb) if address is None else None
     owns_ray = not ray.is_initialized()  # a test may already be connected to its cluster
     if owns_ray:
-        ray.init(address=address, include_dashboard=False, log_to_driver=False)
-    actors: list[Any] = []
+        ray.init(
+            address=cluster.address if cluster is not None else address,
+            include_dashboard=False,
+            log_to_driver=False,
+        )
+    ctx: _Ctx | None = None
     try:
-        alive = [n for n in ray.nodes() if n["Alive"]]
-        if len(alive) < 2:
-            raise click.ClickException("the bench needs a cluster with at least two nodes")
-        node_a, node_b = alive[0]["NodeID"], alive[1]["NodeID"]
-        from ray_kvmoq.relay.network import ClusterSecurity
-
-        directory = get_directory()
-        budget = 4 * groups * group_mb << 20
-        net = {
-            "security": ClusterSecurity.generate(),
-            "transport_options": {"max_datagram_size": datagram},
-        }
-        relays = [
-            _pinned(RelayActor, n, budget_bytes=budget, directory=directory, network=net)
-            for n in (node_a, node_b)
-        ]
-        actors += relays
-        ray.get([r.start.remote() for r in relays], timeout=60)
-        rel_a, rel_b = relays
-        Consumer = _consumer_cls()
-        size = group_mb << 20
-        track_bytes = groups * size
-
-        _log(f"fan-out: 1 track × {groups} groups of {group_mb} MiB, {subscribers} subscribers")
-        subs = [_pinned(Consumer, node_b) for _ in range(subscribers)]
-        actors += subs
-        ray.get(rel_a.publish_group.remote(NS, "fanout", 0, [b"\x01" * size]), timeout=60)
-        ray.get(rel_a.flush_directory.remote(), timeout=60)
-        futs = [s.follow.remote(rel_b, NS, "fanout") for s in subs]
-        for g in range(1, groups):
-            last = g == groups - 1
-            ray.get(
-                rel_a.publish_group.remote(NS, "fanout", g, [bytes([g]) * size], end_of_track=last),
-                timeout=60,
-            )
-        delivered = sum(ray.get(futs, timeout=300))
-        st = ray.get(rel_b.stats.remote(), timeout=30)
-        fan_ratio = st["upstream_bytes"] / track_bytes
-
-        _log("pull: B's relay fetches a fresh track from A over MoQT")
-        payloads = [bytes([g % 251]) * size for g in range(groups)]
-        for g, p in enumerate(payloads):
-            ray.get(
-                rel_a.publish_group.remote(NS, "pull", g, [p], end_of_track=g == groups - 1),
-                timeout=60,
-            )
-        ray.get(rel_a.flush_directory.remote(), timeout=60)
-        reader_b = _pinned(Consumer, node_b)
-        actors.append(reader_b)
-        pull = ray.get(reader_b.pull.remote(rel_b, NS, "pull", groups), timeout=300)
-        _log("baseline: ray.get of the same bytes across nodes")
-        for g, p in enumerate(payloads):
-            ray.get(rel_a.publish_group.remote(NS, "rayget", g, [p]), timeout=60)
-        refs = [
-            ray.get(rel_a.get_group_ref.remote(NS, "rayget", g), timeout=60) for g in range(groups)
-        ]
-        ray_get = ray.get(reader_b.ray_get.remote(refs), timeout=300)
-
-        _log("zero-copy: same-node read of a sealed group")
-        ray.get(rel_a.publish_group.remote(NS, "local", 0, [b"\x07" * (4 << 20)]), timeout=60)
-        reader_a = _pinned(Consumer, node_a)
-        actors.append(reader_a)
-        lat = ray.get(reader_a.read_latency.remote(rel_a, NS, "local", 50), timeout=120)
-        return {
-            "subscribers": subscribers,
-            "track_bytes": track_bytes,
-            "fanout_upstream_bytes": st["upstream_bytes"],
-            "fanout_delivered_bytes": delivered,
-            "fanout_upstream_ratio": fan_ratio,
-            "fanout_delivered_ratio": delivered / track_bytes,
-            "pull_mb_s": pull,
-            "ray_get_mb_s": ray_get,
-            "pull_vs_ray_get": pull / ray_get if ray_get else 0.0,
-            "zero_copy_read_ms": lat["median_ms"],
-            "zero_copy": not lat["copied"],
-        }
+        ctx = _setup(groups, group_mb, datagram)
+        return {**_fanout(ctx, subscribers), **_pull(ctx), **_zero_copy(ctx)}
     finally:
-        for a in actors:
+        for a in ctx.actors if ctx is not None else []:
             ray.kill(a)
         if owns_ray:
             ray.shutdown()

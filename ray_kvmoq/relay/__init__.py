@@ -7,8 +7,10 @@ Modules (imports: ``ray_kvmoq.moqt`` only, never ``kvcache``; ``ray`` only in ``
     packed.py     a sealed group as one numpy buffer + offsets table (object-store form)
     directory.py  sans-I/O directory: node → track groups, chunk hash → locations
     auth.py       HMAC-signed, expiring, namespace-scoped AUTHORIZATION_TOKENs
+    events.py     track events, Upstream / DirectoryClient protocols, RelayError
     relay.py      the relay core (asyncio, transport-agnostic): routing, fan-out, live tracks
-    network.py    the MoQT side: server for downstream sessions, pooled sessions to peer relays
+    peers.py      MoQT client side: cluster CA + tokens, pooled sessions to peer relays
+    network.py    MoQT server side: downstream sessions, namespace announcements
     actor.py      Ray shell: ``RelayActor`` per node, ``kvmoq_directory`` actor, zero-copy store
 
 In-node API (stable; for Serve replicas and other actors on the same node). Start the relays

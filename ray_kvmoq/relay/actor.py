@@ -25,16 +25,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from .cache import CachedObject, GroupKey, GroupStore, RelayCache
 from .directory import Directory, Location, NodeInfo
+from .events import TIMEOUT, TRACK_DOES_NOT_EXIST
 from .packed import PackedGroup, pack_group, unpack_group
-from .relay import GroupEnded, ObjectReceived, Relay, RelayError, TrackEnded, as_namespace, as_track
+from .relay import GroupEnded, Relay, RelayError, TrackEnded, as_namespace, as_track
 
 __all__ = [
     "DIRECTORY_NAME",
@@ -189,6 +190,21 @@ class DirectoryActor:
 _HELD: dict[str, Any] = {}
 
 
+_T = TypeVar("_T")
+
+
+async def _retry_missing(fn: Callable[[], Awaitable[_T]], wait_s: float) -> _T:
+    """``fn()``, retried every 50 ms while it fails with TRACK_DOES_NOT_EXIST, for ``wait_s``."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return await fn()
+        except RelayError as exc:
+            if exc.error_code != TRACK_DOES_NOT_EXIST or time.monotonic() >= deadline:
+                raise
+        await asyncio.sleep(0.05)
+
+
 def get_directory(*, create: bool = True) -> Any:
     """The ``kvmoq_directory`` actor handle (created, owned by the caller, if absent).
 
@@ -300,16 +316,34 @@ class RelayActor:
         return self._relay().lookup(as_namespace(namespace), as_track(track))
 
     async def get_group_ref(
-        self, namespace: Sequence[str | bytes] | str, track: str | bytes, group_id: int
+        self,
+        namespace: Sequence[str | bytes] | str,
+        track: str | bytes,
+        group_id: int,
+        *,
+        wait_s: float = 0.0,
+        timeout_s: float | None = 30.0,
     ) -> Any:
         """An ObjectRef to the sealed group as a :class:`~.packed.PackedGroup` (pulled from a
-        peer relay over MoQT first if this node does not have it)."""
+        peer relay over MoQT first if this node does not have it).
+
+        ``wait_s``: keep looking this long for a track no relay has announced yet (prefill may
+        not have published it); ``timeout_s``: give up on the whole pull (RelayError 0x2), so a
+        caller can fall back to recomputing instead of waiting on a slow peer.
+        """
         ns, tr = as_namespace(namespace), as_track(track)
         relay = self._relay()
-        await relay.get_group(ns, tr, group_id)
+
+        async def pull() -> None:
+            await _retry_missing(lambda: relay.get_group(ns, tr, group_id), wait_s)
+
+        try:
+            await asyncio.wait_for(pull(), timeout_s)
+        except TimeoutError:
+            raise RelayError(TIMEOUT, f"group {group_id}: no answer in {timeout_s} s") from None
         handle = relay.cache.group_handle(ns, tr, group_id, time.monotonic())
         if handle is None:
-            raise RelayError(0x4, f"group {group_id} was evicted before it could be read")
+            raise RelayError(TRACK_DOES_NOT_EXIST, f"group {group_id} was evicted before use")
         return handle[0]
 
     async def subscribe_groups(
@@ -317,21 +351,28 @@ class RelayActor:
         namespace: Sequence[str | bytes] | str,
         track: str | bytes,
         start_group: int = 0,
+        *,
+        wait_s: float = 0.0,
     ) -> AsyncIterator[dict[str, Any]]:
         """Live track as sealed groups: yields ``{"group_id": g, "ref": ObjectRef}`` as each
-        group completes (cached ones first), then ``{"end": True}``."""
+        group completes (cached ones first), then ``{"end": True}``. Raises RelayError when
+        the track cannot be found within ``wait_s`` or its upstream fails."""
         ns, tr = as_namespace(namespace), as_track(track)
         relay = self._relay()
-        async for ev in relay.subscribe(ns, tr, start_group=start_group):
-            if isinstance(ev, GroupEnded):
-                handle = relay.cache.group_handle(ns, tr, ev.group_id, time.monotonic())
-                if handle is not None:
-                    yield {"group_id": ev.group_id, "ref": handle[0]}
-            elif isinstance(ev, TrackEnded):
-                yield {"end": True}
-                return
-            else:
-                assert isinstance(ev, ObjectReceived)
+        sub = await _retry_missing(
+            lambda: relay.open_subscription(ns, tr, start_group=start_group), wait_s
+        )
+        try:
+            async for ev in sub:
+                if isinstance(ev, GroupEnded):
+                    handle = relay.cache.group_handle(ns, tr, ev.group_id, time.monotonic())
+                    if handle is not None:
+                        yield {"group_id": ev.group_id, "ref": handle[0]}
+                elif isinstance(ev, TrackEnded):
+                    yield {"end": True}
+                    return
+        finally:
+            sub.close()
 
     async def lookup_hash(self, chunk_hash: bytes) -> list[Location]:
         """Directory: every location of a chunk hash."""
@@ -385,7 +426,7 @@ def start_relays(
 ) -> dict[str, Any]:
     """Start (or find) one pinned relay per node and the directory; returns node id → handle.
 
-    ``security`` is a :class:`~.network.ClusterSecurity` (cluster CA + token keys; None: relay
+    ``security`` is a :class:`~.peers.ClusterSecurity` (cluster CA + token keys; None: relay
     sessions use self-signed certificates and no tokens). ``network`` holds extra
     :class:`~.network.RelayNetwork` options (``idle_timeout_s``, ``transport_options``).
     Synchronous driver-side helper (the serving app's builder or a test); the directory is

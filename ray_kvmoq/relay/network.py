@@ -11,12 +11,9 @@ Built on :mod:`ray_kvmoq.moqt.api`. Downstream, every session gets a :class:`Rel
   with the resolved end, one fetch stream.
 * PUBLISH_NAMESPACE → the session becomes an :class:`Upstream` for that prefix.
 
-Upstream, :class:`PeerPool` keeps one session per peer relay (reused, keep-alive PINGs so a
-dead peer is noticed within the QUIC idle timeout) and wraps it as a :class:`SessionUpstream`.
+Upstream, :class:`~.peers.PeerPool` keeps one session per peer relay (see ``peers.py``).
 
-Security (:class:`ClusterSecurity`): relays share a cluster CA (leaf certificates per host via
-``ray_kvmoq.moqt.certs``; clients verify peers against the CA) and HMAC token keys. A relay
-presents a short-lived cluster token in CLIENT_SETUP and in every request; the server checks
+Security (:class:`~.peers.ClusterSecurity`): TLS with the cluster CA; the server checks
 the setup token (session closed with UNAUTHORIZED / EXPIRED_AUTH_TOKEN / MALFORMED_AUTH_TOKEN
 on failure) and authorises each request against its namespace with the request's own token,
 falling back to the setup token (refused with the request-level code).
@@ -26,315 +23,45 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 from ray_kvmoq.moqt import api
 from ray_kvmoq.moqt.aio import TransportConfig
-from ray_kvmoq.moqt.certs import (
-    CertificateAuthority,
-    LeafCertificate,
-    generate_ca,
-    issue_certificate,
-)
 from ray_kvmoq.moqt.messages import AuthToken, Location
-from ray_kvmoq.moqt.session_core import SessionConfig
 from ray_kvmoq.moqt.types import (
     FilterType,
     ObjectStatus,
     PublishDoneCode,
     SubscribeErrorCode,
-    TokenAliasType,
 )
 
-from .auth import Action, AuthError, TokenSigner, TokenVerifier
+from .auth import Action, AuthError, TokenVerifier
 from .cache import OBJECT_END_OF_GROUP, OBJECT_END_OF_TRACK, CachedObject, RelayCache
 from .directory import NodeInfo
+from .peers import (
+    IMPLEMENTATION,
+    ClusterSecurity,
+    PeerPool,
+    SessionUpstream,
+    object_to_wire,
+    token_value,
+)
 from .relay import (
     GroupEnded,
     ObjectReceived,
     Relay,
     RelayError,
-    TrackEnded,
-    TrackEvent,
     TrackSubscription,
 )
 
 __all__ = [
-    "ClusterSecurity",
     "NamespaceHub",
-    "PeerPool",
     "RelayHandler",
     "RelayNetwork",
-    "SessionUpstream",
     "serve_plain_relay",
 ]
-
-IMPLEMENTATION = b"ray_kvmoq"
-"""MOQT_IMPLEMENTATION prefix of our own endpoints (``SessionConfig.implementation``)."""
-
-CLUSTER_TENANT = "kvmoq-cluster"
-"""Tenant name of relay-to-relay tokens (subscribe to everything, publish nothing)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class ClusterSecurity:
-    """One cluster's trust material, made by the driver and handed to every relay."""
-
-    ca_cert_pem: bytes
-    """The cluster CA certificate (every relay verifies peers against it)."""
-    ca_key_pem: bytes
-    """The CA key; relays issue their own leaf for their node's address."""
-    keys: dict[str, bytes]
-    """HMAC token keys by key id (all accepted)."""
-    signing_key_id: str
-    """Key id relays sign their peer tokens with."""
-    token_ttl_s: float = 600.0
-    """Lifetime of a relay's peer token."""
-
-    @classmethod
-    def generate(cls) -> ClusterSecurity:
-        """Fresh CA and one random 32-byte token key."""
-        ca = generate_ca("ray_kvmoq cluster CA")
-        kid = secrets.token_hex(4)
-        return cls(
-            ca_cert_pem=ca.cert_pem,
-            ca_key_pem=ca.key_pem,
-            keys={kid: secrets.token_bytes(32)},
-            signing_key_id=kid,
-        )
-
-    def leaf_for(self, host: str) -> LeafCertificate:
-        """A certificate for a relay listening on ``host``."""
-        ca = CertificateAuthority(cert_pem=self.ca_cert_pem, key_pem=self.ca_key_pem)
-        return issue_certificate(ca, (host, "localhost"))
-
-    def verifier(self) -> TokenVerifier:
-        """Verifier accepting every cluster key."""
-        return TokenVerifier(self.keys)
-
-    def signer(self) -> TokenSigner:
-        """Signer with the cluster's signing key (issue tenant tokens with it)."""
-        return TokenSigner(self.signing_key_id, self.keys[self.signing_key_id])
-
-    def peer_token(self, now: float) -> bytes:
-        """A relay-to-relay token: may subscribe to any namespace."""
-        return self.signer().issue(CLUSTER_TENANT, subscribe=[[]], now=now, ttl_s=self.token_ttl_s)
-
-
-def _use_value(token: bytes) -> AuthToken:
-    return AuthToken(alias_type=TokenAliasType.USE_VALUE, token_type=0, value=token)
-
-
-def _token_value(tokens: tuple[AuthToken, ...]) -> bytes | None:
-    for t in tokens:
-        if t.alias_type == TokenAliasType.USE_VALUE:
-            return t.value
-    return None
-
-
-def _to_cached(obj: api.MoqtObject) -> CachedObject:
-    return CachedObject(
-        object_id=obj.object_id,
-        payload=obj.payload,
-        status=int(obj.status),
-        extensions=obj.extensions,
-        priority=obj.priority,
-        subgroup_id=obj.subgroup,
-    )
-
-
-def _to_wire(group: int, obj: CachedObject) -> api.MoqtObject:
-    return api.MoqtObject(
-        group=group,
-        object_id=obj.object_id,
-        payload=bytes(obj.payload),
-        subgroup=obj.subgroup_id,
-        priority=obj.priority,
-        extensions=obj.extensions,
-        status=ObjectStatus(obj.status),
-    )
-
-
-# ------------------------------------------------------------------------------ upstream
-
-
-class SessionUpstream:
-    """An :class:`~.relay.Upstream` over one MoQT session (a peer relay, or a publisher that
-    announced a namespace to us). ``token`` (a callable returning bytes) rides every request."""
-
-    def __init__(self, conn: api.MoqtConnection, token: Any = None) -> None:
-        self.conn = conn
-        self._token = token
-
-    def _auth(self) -> tuple[AuthToken, ...]:
-        return () if self._token is None else (_use_value(self._token()),)
-
-    async def subscribe(
-        self, namespace: tuple[bytes, ...], track: bytes
-    ) -> AsyncIterator[TrackEvent]:
-        try:
-            sub = await self.conn.subscribe(
-                namespace,
-                track,
-                filter_type=FilterType.ABSOLUTE_START,
-                start=Location(0, 0),
-                auth_tokens=self._auth(),
-            )
-        except api.MoqtApiError as exc:
-            raise RelayError(exc.error_code, f"upstream refused SUBSCRIBE: {exc.reason}") from None
-        except (TimeoutError, ConnectionError) as exc:
-            raise RelayError(0x2, f"upstream SUBSCRIBE failed: {exc!r}") from None
-        return self._events(sub)
-
-    async def _events(self, sub: api.Subscription) -> AsyncIterator[TrackEvent]:
-        try:
-            async for obj in sub:
-                if obj.status == ObjectStatus.END_OF_GROUP:
-                    yield GroupEnded(group_id=obj.group)
-                elif obj.status == ObjectStatus.END_OF_TRACK:
-                    yield TrackEnded()
-                    return
-                else:
-                    yield ObjectReceived(group_id=obj.group, obj=_to_cached(obj))
-        except api.MoqtApiError as exc:
-            raise RelayError(0x0, f"upstream session failed: {exc.reason or exc!r}") from None
-        finally:
-            with contextlib.suppress(api.MoqtApiError):
-                await sub.unsubscribe()
-        done = sub.done
-        if done is not None and done.status_code == PublishDoneCode.TRACK_ENDED:
-            yield TrackEnded()
-            return
-        code = done.status_code if done is not None else 0
-        raise RelayError(0x0, f"upstream subscription ended (PUBLISH_DONE {code:#x})")
-
-    async def fetch(
-        self,
-        namespace: tuple[bytes, ...],
-        track: bytes,
-        start: tuple[int, int],
-        end: tuple[int, int],
-    ) -> AsyncIterator[tuple[int, CachedObject]]:
-        try:
-            stream = await self.conn.fetch(
-                namespace,
-                track,
-                start=Location(*start),
-                end=Location(*end),
-                auth_tokens=self._auth(),
-            )
-        except api.MoqtApiError as exc:
-            raise RelayError(exc.error_code, f"upstream refused FETCH: {exc.reason}") from None
-        except (TimeoutError, ConnectionError) as exc:
-            raise RelayError(0x2, f"upstream FETCH failed: {exc!r}") from None
-        return self._objects(stream)
-
-    @staticmethod
-    async def _objects(stream: api.FetchStream) -> AsyncIterator[tuple[int, CachedObject]]:
-        try:
-            async for obj in stream:
-                if obj.status in (ObjectStatus.END_OF_GROUP, ObjectStatus.END_OF_TRACK):
-                    continue
-                yield obj.group, _to_cached(obj)
-        except api.MoqtApiError as exc:
-            raise RelayError(0x0, f"upstream fetch failed: {exc.reason or exc!r}") from None
-
-
-@dataclass
-class _Peer:
-    conn: api.MoqtConnection
-    stack: contextlib.AsyncExitStack
-    keepalive: asyncio.Task[None]
-
-
-class PeerPool:
-    """One reused MoQT session per peer relay address."""
-
-    def __init__(
-        self,
-        *,
-        transport: TransportConfig,
-        token: Any = None,
-        keepalive_s: float = 1.0,
-        connect_timeout_s: float = 5.0,
-    ) -> None:
-        self._transport = transport
-        self._token = token
-        self._keepalive_s = keepalive_s
-        self._timeout = connect_timeout_s
-        self.attempts = 2
-        """Handshake attempts per connect (a lost Initial under load costs one timeout)."""
-        self._peers: dict[tuple[str, int], _Peer] = {}
-        self._locks: dict[tuple[str, int], asyncio.Lock] = {}
-        self.connects = 0
-
-    async def upstream(self, info: NodeInfo) -> SessionUpstream:
-        """The (possibly new) session to ``info``'s relay, as an Upstream."""
-        key = (info.host, info.port)
-        async with self._locks.setdefault(key, asyncio.Lock()):
-            peer = self._peers.get(key)
-            if peer is None or peer.conn.closed:
-                if peer is not None:
-                    await self._drop(key)
-                peer = await self._open(info)
-                self._peers[key] = peer
-        return SessionUpstream(peer.conn, self._token)
-
-    async def _open(self, info: NodeInfo) -> _Peer:
-        for attempt in range(self.attempts):
-            try:
-                return await self._open_once(info)
-            except (TimeoutError, ConnectionError):
-                if attempt + 1 == self.attempts:
-                    raise
-        raise AssertionError("unreachable")
-
-    async def _open_once(self, info: NodeInfo) -> _Peer:
-        stack = contextlib.AsyncExitStack()
-        tokens = () if self._token is None else (_use_value(self._token()),)
-        host = f"[{info.host}]" if ":" in info.host else info.host
-        try:
-            conn = await stack.enter_async_context(
-                api.connect(
-                    f"moqt://{host}:{info.port}",
-                    transport=self._transport,
-                    session_config=SessionConfig(auth_tokens=tokens),
-                    timeout=self._timeout,
-                )
-            )
-        except BaseException:
-            await stack.aclose()
-            raise
-        self.connects += 1
-        return _Peer(conn, stack, asyncio.create_task(self._keepalive(conn)))
-
-    async def _keepalive(self, conn: api.MoqtConnection) -> None:
-        uid = 0
-        while not conn.closed:
-            await asyncio.sleep(self._keepalive_s)
-            uid += 1
-            with contextlib.suppress(Exception):
-                conn.protocol.quic.send_ping(uid)
-                conn.protocol.transmit()
-
-    async def _drop(self, key: tuple[str, int]) -> None:
-        peer = self._peers.pop(key, None)
-        if peer is not None:
-            peer.keepalive.cancel()
-            with contextlib.suppress(Exception):
-                await peer.stack.aclose()
-
-    async def close(self) -> None:
-        """Close every peer session."""
-        for key in list(self._peers):
-            await self._drop(key)
-
-
-# ------------------------------------------------------------------------------ downstream
 
 
 def _is_prefix(prefix: tuple[bytes, ...], namespace: tuple[bytes, ...]) -> bool:
@@ -412,7 +139,7 @@ class RelayHandler(api.SessionHandler):
         moq-dev refuses status objects after a subgroup's objects."""
 
     async def on_setup(self, session: api.MoqtConnection, setup: Any) -> None:
-        self.setup_token = _token_value(setup.auth_tokens)
+        self.setup_token = token_value(setup.auth_tokens)
         self.group_markers = (setup.implementation or b"").startswith(IMPLEMENTATION)
         if self.verifier is not None and self.setup_token is not None:
             try:
@@ -426,7 +153,7 @@ class RelayHandler(api.SessionHandler):
     ) -> None:
         if self.verifier is None:
             return
-        token = _token_value(tokens)
+        token = token_value(tokens)
         try:
             self.verifier.authorize(
                 token if token is not None else self.setup_token, action, ns, time.time()
@@ -504,10 +231,76 @@ class RelayHandler(api.SessionHandler):
         )
         writer = request.accept(end=end_loc, end_of_track=eot is not None and last_g >= eot[0])
         for gid, obj in objs:
-            writer.write(_to_wire(gid, obj))
+            writer.write(object_to_wire(gid, obj))
             if session.protocol.send_buffered() > session.send_buffer:
                 await writer.drain()
         writer.end()
+
+
+class _Forwarder:
+    """Writes one downstream subscription: a subgroup stream per (group, subgroup)."""
+
+    def __init__(
+        self,
+        session: api.MoqtConnection,
+        pub: api.Publication,
+        floor: tuple[int, float] | None,
+        markers: bool,
+    ) -> None:
+        self.session, self.pub, self.floor, self.markers = session, pub, floor, markers
+        self.writers: dict[tuple[int, int], api.GroupWriter] = {}
+        self.last: dict[tuple[int, int], CachedObject] = {}
+
+    async def object(self, g: int, obj: CachedObject) -> bool:
+        """Write one object; False once the subscription's range is over."""
+        if (self.floor is not None and (g, obj.object_id) <= self.floor) or not self.pub.wants(g):
+            return not self.pub.past_end(g)
+        key = (g, obj.subgroup_id)
+        w = self.writers.get(key)
+        if w is None:
+            w = self.writers[key] = self.pub.open_group(
+                g, subgroup=obj.subgroup_id, priority=obj.priority, with_extensions=True
+            )
+        w.write(object_to_wire(g, obj))
+        self.last[key] = obj
+        if self.session.protocol.send_buffered() > self.session.send_buffer:
+            await self.pub.drain()
+        return True
+
+    def group_ended(self, group_id: int) -> None:
+        """FIN the group's streams (after an END_OF_GROUP marker for our own peers)."""
+        for key in [k for k in self.writers if k[0] == group_id]:
+            w, obj = self.writers.pop(key), self.last.pop(key)
+            if self.markers and obj.status not in (OBJECT_END_OF_GROUP, OBJECT_END_OF_TRACK):
+                marker = api.MoqtObject(
+                    group=key[0],
+                    object_id=obj.object_id + 1,
+                    subgroup=key[1],
+                    priority=obj.priority,
+                    status=ObjectStatus.END_OF_GROUP,
+                )
+                w.write(marker)
+            w.end()
+
+    async def track_ended(self) -> None:
+        """FIN what is open, then PUBLISH_DONE(TRACK_ENDED)."""
+        for w in self.writers.values():
+            w.end()
+        self.writers.clear()
+        await self.pub.done(PublishDoneCode.TRACK_ENDED)
+
+    async def failed(self, exc: RelayError) -> None:
+        """Reset what is open, then PUBLISH_DONE(INTERNAL_ERROR): the subscriber must not hang."""
+        self.reset(0x0)
+        with contextlib.suppress(api.MoqtApiError):
+            await self.pub.done(PublishDoneCode.INTERNAL_ERROR, exc.reason[:200])
+
+    def reset(self, code: int) -> None:
+        """Abandon every open stream."""
+        for w in self.writers.values():
+            with contextlib.suppress(api.MoqtApiError):
+                w.reset(code)
+        self.writers.clear()
 
 
 async def _forward(
@@ -517,61 +310,25 @@ async def _forward(
     floor: tuple[int, float] | None,
     markers: bool,
 ) -> None:
-    writers: dict[tuple[int, int], api.GroupWriter] = {}
-    last: dict[tuple[int, int], CachedObject] = {}
+    fw = _Forwarder(session, pub, floor, markers)
     try:
         async for ev in sub:
             if pub.cancelled:
                 break
             if isinstance(ev, ObjectReceived):
-                g, obj = ev.group_id, ev.obj
-                if (floor is not None and (g, obj.object_id) <= floor) or not pub.wants(g):
-                    if pub.past_end(g):
-                        break
-                    continue
-                key = (g, obj.subgroup_id)
-                w = writers.get(key)
-                if w is None:
-                    w = writers[key] = pub.open_group(
-                        g, subgroup=obj.subgroup_id, priority=obj.priority, with_extensions=True
-                    )
-                w.write(_to_wire(g, obj))
-                last[key] = obj
-                if session.protocol.send_buffered() > session.send_buffer:
-                    await pub.drain()
+                if not await fw.object(ev.group_id, ev.obj):
+                    break
             elif isinstance(ev, GroupEnded):
-                for key in [k for k in writers if k[0] == ev.group_id]:
-                    w, obj = writers.pop(key), last.pop(key)
-                    if markers and obj.status not in (OBJECT_END_OF_GROUP, OBJECT_END_OF_TRACK):
-                        w.write(
-                            api.MoqtObject(
-                                group=key[0],
-                                object_id=obj.object_id + 1,
-                                subgroup=key[1],
-                                priority=obj.priority,
-                                status=ObjectStatus.END_OF_GROUP,
-                            )
-                        )
-                    w.end()
+                fw.group_ended(ev.group_id)
             else:
-                for w in writers.values():
-                    w.end()
-                writers.clear()
-                await pub.done(PublishDoneCode.TRACK_ENDED)
+                await fw.track_ended()
                 return
     except RelayError as exc:
-        for w in writers.values():
-            with contextlib.suppress(api.MoqtApiError):
-                w.reset(0x0)
-        writers.clear()
-        with contextlib.suppress(api.MoqtApiError):
-            await pub.done(PublishDoneCode.INTERNAL_ERROR, exc.reason[:200])
+        await fw.failed(exc)
     except (api.Cancelled, api.SessionClosed):
         return
     finally:
-        for w in writers.values():
-            with contextlib.suppress(api.MoqtApiError):
-                w.reset(0x1)
+        fw.reset(0x1)
 
 
 # ------------------------------------------------------------------------------ the network

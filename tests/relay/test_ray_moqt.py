@@ -44,7 +44,7 @@ def _actors() -> Any:
 
             got: list[Any] = []
             try:
-                async for ref in relay.subscribe_groups.remote(ns, track):
+                async for ref in relay.subscribe_groups.remote(ns, track, wait_s=10.0):
                     item = await ref
                     if "ref" in item:
                         packed = await item["ref"]
@@ -73,7 +73,7 @@ def cluster_relays(ray_cluster: Any) -> Iterator[dict[str, Any]]:
     import ray
 
     from ray_kvmoq.relay.actor import get_directory, start_relays
-    from ray_kvmoq.relay.network import ClusterSecurity
+    from ray_kvmoq.relay.peers import ClusterSecurity
 
     security = ClusterSecurity.generate()
     a, b = ray_cluster.node_ids["127.0.0.2"], ray_cluster.node_ids["127.0.0.3"]
@@ -271,7 +271,7 @@ def test_relay_killed_mid_transfer_errors_subscribers_and_leaves_directory(
         results = ray.get(futs, timeout=60)
         elapsed = time.monotonic() - t0
         for r in results:
-            assert r[:2] == [(0, 50_000), (1, 50_000)]
+            assert sorted(r[:2]) == [(0, 50_000), (1, 50_000)]  # two streams: any order
             assert r[-1][0] == "error", r
         assert elapsed < 30  # bounded by the QUIC idle timeout (5 s) plus scheduling
         d = cluster_relays["directory"]

@@ -40,7 +40,7 @@ def _reader_cls() -> Any:
 
         async def follow(self, relay: Any, namespace: list[str], track: str) -> list[Any]:
             out: list[Any] = []
-            async for ref in relay.subscribe_groups.remote(namespace, track):
+            async for ref in relay.subscribe_groups.remote(namespace, track, wait_s=10.0):
                 item = await ref
                 out.append(item["group_id"] if "ref" in item else "end")
             return out
@@ -74,7 +74,8 @@ def test_in_node_publish_zero_copy_read_live_follow_and_death(ray_cluster: Any) 
         info = ray.get(relay.start.remote(), timeout=60)
         assert info.node_id == node
         big = [bytes([i]) * (1 << 20) for i in range(2)]  # 2 MiB: lives in plasma, not inline
-        follow = reader.follow.remote(relay, NS, "FP16")
+        follow = reader.follow.remote(relay, NS, "FP16")  # before the track exists: waits
+        time.sleep(0.5)
         ray.get(relay.publish_group.remote(NS, "FP16", 0, big, chunk_hash=b"h0"), timeout=30)
         got = ray.get(reader.read.remote(relay, NS, "FP16", 0), timeout=30)
         assert got["payloads"] == big and got["node"] == node
@@ -86,6 +87,9 @@ def test_in_node_publish_zero_copy_read_live_follow_and_death(ray_cluster: Any) 
         ray.get(relay.flush_directory.remote(), timeout=30)
         locs = ray.get(relay.lookup_hash.remote(b"h0"), timeout=30)
         assert [(loc.node_id, loc.group_id) for loc in locs] == [(node, 0)]
+        with pytest.raises(ray.exceptions.RayTaskError) as ei:  # not published anywhere
+            ray.get(relay.get_group_ref.remote(NS, "missing", 0, wait_s=0.2), timeout=30)
+        assert "0x4" in str(ei.value)
         ray.kill(relay)
         deadline = time.monotonic() + 20
         while ray.get(directory.lookup_hash.remote(b"h0"), timeout=10):
