@@ -226,6 +226,29 @@ def summarize(samples: list[Sample], makespan: float) -> dict[str, Any]:
     }
 
 
+async def calibrate(base: str, model: str, doc: str, api_key: str | None) -> float | None:
+    """Prefill seconds per token from idle, sequential, no-reuse requests of two lengths."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    best: dict[int, float] = {}
+    async with httpx.AsyncClient(timeout=600, headers=headers) as client:
+        for _ in range(2):
+            for text in (doc[: max(1, len(doc) // 8)], doc):
+                body = {
+                    "model": model, "prompt": text, "max_tokens": 1, "temperature": 0,
+                    "stream": True, "stream_options": {"include_usage": True},
+                    "kv_reuse": False, "routing": "pow2",
+                }  # fmt: skip
+                s = await _one(client, base + "/v1/completions", body, "calibrate", 0)
+                if s.ok and s.prompt_tokens:
+                    best[s.prompt_tokens] = min(best.get(s.prompt_tokens, s.ttft_s), s.ttft_s)
+    if len(best) < 2:
+        return None
+    (n1, t1), (n2, t2) = sorted(best.items())[0], sorted(best.items())[-1]
+    return (t2 - t1) / (n2 - n1) if n2 > n1 and t2 > t1 else None
+
+
 def prefill_cost_fit(samples: list[Sample]) -> float | None:
     """Least-squares slope of TTFT over recomputed tokens (s/token), from the no-reuse run."""
     pts = [(s.prompt_tokens - s.cached_tokens, s.ttft_s) for s in samples if s.ok]
@@ -397,6 +420,9 @@ def serve(
         },
     }  # fmt: skip
     fit = prefill_cost_fit(samples["no_reuse"])
+    if save_costs:
+        click.echo("calibrating prefill cost (sequential requests) ...", err=True)
+        fit = asyncio.run(calibrate(base, model, docs[0], api_key))
     result["measured"] = {
         "prefill_s_per_token": fit,
         "service_s": runs["no_reuse"]["latency_mean_s"],

@@ -219,9 +219,11 @@ class RelayKVPlane(KVPlane):
                 except TimeoutError:
                     return
                 except Exception as exc:
-                    if time.monotonic() >= deadline or not _not_yet(exc):
+                    if not _not_yet(exc):
                         await self._on_error(exc)
                         raise
+                    if time.monotonic() >= deadline:
+                        return  # not there in time: the caller recomputes
                     await asyncio.sleep(_RETRY_S)
             yield g, arr
 

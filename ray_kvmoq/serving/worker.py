@@ -91,13 +91,19 @@ class ReplicaCore:
 
     # ---- prefill -----------------------------------------------------------------------------
 
-    async def prefill_kv(self, job: Job, *, publish: bool) -> PrefillOutcome:
-        """Run prefill for ``job`` (see the module docstring); publish groups if ``publish``."""
+    async def prefill_kv(
+        self, job: Job, *, publish: bool, full_track: bool = True
+    ) -> PrefillOutcome:
+        """Run prefill for ``job`` (see the module docstring); publish groups if ``publish``.
+
+        ``full_track``: also publish the reused leading groups under this prompt's track (PD
+        decode reads one track); combined mode needs only the newly computed groups.
+        """
         mine: list[bytes] = []
         try:
             if job.reuse and job.hashes:
                 mine = await self._claim(job)
-            return await self._prefill(job, publish=publish, claimed=mine)
+            return await self._prefill(job, publish=publish, full=full_track, claimed=mine)
         finally:
             for h in mine:
                 self._inflight.pop(h).set()
@@ -123,7 +129,9 @@ class ReplicaCore:
         if h is not None and h in claimed and h in self._inflight:
             self._inflight[h].set()
 
-    async def _prefill(self, job: Job, *, publish: bool, claimed: list[bytes]) -> PrefillOutcome:
+    async def _prefill(
+        self, job: Job, *, publish: bool, full: bool, claimed: list[bytes]
+    ) -> PrefillOutcome:
         tokens = list(job.tokens)
         ns = self.namespace(job)
         stats = KVStats(prefill_node=self.node_id)
@@ -133,7 +141,7 @@ class ReplicaCore:
             if prefix is not None:
                 for got in job.hashes[: len(prefix.tensors())]:
                     self._release(got, claimed)
-            if prefix is not None and publish:
+            if prefix is not None and publish and full:
                 # Decode reads this prompt's own track: re-publish the reused groups under it.
                 for g, arr in enumerate(prefix.chunks()):
                     publish = publish and await self._publish(ns, g, [arr], job.hashes[g])
@@ -301,7 +309,7 @@ class ReplicaCore:
         self.ongoing += 1
         t0 = time.perf_counter()
         try:
-            pre = await self.prefill_kv(job, publish=job.reuse)
+            pre = await self.prefill_kv(job, publish=job.reuse, full_track=False)
             stats = pre.stats
             async for ev in self.decode_tokens(job, pre.kv):
                 if isinstance(ev, DoneEvent):
