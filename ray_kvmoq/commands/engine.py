@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from typing import Any
 
 import click
 
@@ -79,28 +80,17 @@ def chat(
         else:
             request = [{"role": "system", "content": system}] if system else []
             request.append({"role": "user", "content": prompt})
-        t1 = time.perf_counter()
-        ttft, pieces, reason, n = None, [], "length", 0
-        for out in engine.stream(request, params):
-            if ttft is None:
-                ttft = time.perf_counter() - t1
-            pieces.append(out.text)
-            n = out.num_generated
-            if not as_json and out.text:
-                sys.stdout.write(out.text)
-                sys.stdout.flush()
-            reason = out.finish_reason or reason
-        total = time.perf_counter() - t1
+        text, reason, n, ttft, total = _answer(engine, request, params, echo=not as_json)
     except EngineError as exc:
         raise click.ClickException(str(exc)) from exc
     if as_json:
         obj = {
             "model": engine.model_name,
-            "text": "".join(pieces),
+            "text": text,
             "finish_reason": reason,
             "tokens": n,
             "load_s": round(load_s, 3),
-            "ttft_s": round(ttft or 0.0, 3),
+            "ttft_s": round(ttft, 3),
             "total_s": round(total, 3),
         }
         click.echo(json.dumps(obj))
@@ -108,3 +98,24 @@ def chat(
         sys.stdout.write("\n")
         rate = n / total if total > 0 else 0.0
         click.echo(f"[{n} tokens, {reason}, {total:.2f} s, {rate:.1f} tok/s]", err=True)
+
+
+def _answer(
+    engine: Any, request: Any, params: Any, *, echo: bool
+) -> tuple[str, str, int, float, float]:
+    """Stream the answer (printing it when ``echo``); return (text, finish reason, tokens,
+    seconds to first token, total seconds)."""
+    t1 = time.perf_counter()
+    ttft: float | None = None
+    pieces: list[str] = []
+    reason, n = "length", 0
+    for out in engine.stream(request, params):
+        if ttft is None:
+            ttft = time.perf_counter() - t1
+        pieces.append(out.text)
+        n = out.num_generated
+        if echo and out.text:
+            sys.stdout.write(out.text)
+            sys.stdout.flush()
+        reason = out.finish_reason or reason
+    return "".join(pieces), reason, n, ttft or 0.0, time.perf_counter() - t1

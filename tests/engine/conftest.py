@@ -75,7 +75,12 @@ def make_tiny_checkpoint(d: Path, arch: str = "llama", seed: int = 0, **override
         common |= dict(tie_word_embeddings=False, rope_theta=1000000.0)
         cls, cfg_cls = transformers.Qwen2ForCausalLM, transformers.Qwen2Config
     elif arch == "mistral":
-        common |= dict(tie_word_embeddings=False, sliding_window=None, head_dim=32)
+        common |= dict(
+            tie_word_embeddings=False,
+            sliding_window=None,
+            head_dim=32,
+            rope_scaling={"rope_type": "linear", "factor": 2.0},
+        )
         cls, cfg_cls = transformers.MistralForCausalLM, transformers.MistralConfig
     else:
         raise ValueError(arch)

@@ -47,6 +47,9 @@ def test_logits_equal_transformers(tiny_dirs: Callable[[str], Path], arch: str) 
     if arch == "llama":
         assert eng.model_config.tie_word_embeddings
         assert eng.model_config.rope_scaling is not None
+    if arch == "mistral":  # linear RoPE scaling and an explicit head_dim (32 != 64 / 4)
+        assert eng.model_config.rope_scaling == {"rope_type": "linear", "factor": 2.0}
+        assert eng.config.head_dim == 32
 
 
 def test_mistral_sliding_window_matches_transformers(tmp_path: Path) -> None:
