@@ -26,7 +26,7 @@ import statistics
 import sys
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -226,8 +226,11 @@ def summarize(samples: list[Sample], makespan: float) -> dict[str, Any]:
     }
 
 
-async def calibrate(base: str, model: str, doc: str, api_key: str | None) -> float | None:
-    """Prefill seconds per token from idle, sequential, no-reuse requests of two lengths."""
+async def calibrate(
+    base: str, model: str, doc: str, api_key: str | None
+) -> tuple[float | None, float | None]:
+    """(prefill s/token, service s of a whole document) from idle, sequential, no-reuse
+    requests of two lengths."""
     import httpx
 
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -244,9 +247,9 @@ async def calibrate(base: str, model: str, doc: str, api_key: str | None) -> flo
                 if s.ok and s.prompt_tokens:
                     best[s.prompt_tokens] = min(best.get(s.prompt_tokens, s.ttft_s), s.ttft_s)
     if len(best) < 2:
-        return None
+        return None, None
     (n1, t1), (n2, t2) = sorted(best.items())[0], sorted(best.items())[-1]
-    return (t2 - t1) / (n2 - n1) if n2 > n1 and t2 > t1 else None
+    return ((t2 - t1) / (n2 - n1) if n2 > n1 and t2 > t1 else None), t2
 
 
 def prefill_cost_fit(samples: list[Sample]) -> float | None:
@@ -363,27 +366,9 @@ def serve(
     rate: float, max_tokens: int, seed: int, plot_path: Path, save_costs: bool, as_json: bool,
 ) -> None:  # fmt: skip
     """TTFT of no reuse vs the KV router vs round-robin, on a shared-prefix workload."""
-    import httpx
-
-    lo_s, _, hi_s = doc_tokens.partition(":")
-    try:
-        lo, hi = int(lo_s), int(hi_s or lo_s)
-    except ValueError:
-        raise click.BadParameter(
-            "expected LO:HI, e.g. 1000:2000", param_hint="--doc-tokens"
-        ) from None
+    lo, hi = _parse_range(doc_tokens)
     base = url.rstrip("/")
-    try:
-        models = httpx.get(
-            base + "/v1/models",
-            timeout=30,
-            headers={"Authorization": f"Bearer {api_key}"} if api_key else {},
-        ).json()
-    except httpx.HTTPError as exc:
-        raise click.ClickException(
-            f"no app at {base} ({exc}); start one with `make serve`"
-        ) from None
-    model = model or models["data"][0]["id"]
+    model = model or _first_model(base, api_key)
     docs = make_documents(n_docs, lo, hi, seed)
     plan = schedule(n_docs, n_q, rate, seed)
     samples: dict[str, list[Sample]] = {}
@@ -391,57 +376,88 @@ def serve(
     for mode in MODES:
         click.echo(f"run {mode}: {len(plan)} requests at {rate}/s ...", err=True)
         got, makespan = asyncio.run(run_mode(base, model, mode, docs, plan, max_tokens, api_key))
-        samples[mode] = got
-        runs[mode] = summarize(got, makespan)
+        samples[mode], runs[mode] = got, summarize(got, makespan)
+        r = runs[mode]
         click.echo(
-            f"  mean TTFT {runs[mode]['ttft_mean_s']:.3f} s, reused {runs[mode]['reused_token_ratio']:.1%}, errors {runs[mode]['errors']}",
+            f"  mean TTFT {r['ttft_mean_s']:.3f} s, reused {r['reused_token_ratio']:.1%}, "
+            f"errors {r['errors']}" + next((f" (first: {s.error})" for s in got if not s.ok), ""),
             err=True,
         )
-        for s in got:
-            if not s.ok:
-                click.echo(f"  error: {s.error}", err=True)
-                break
-    result: dict[str, Any] = {
-        "url": base,
-        "model": model,
-        "workload": {"docs": n_docs, "questions": n_q, "doc_tokens": [lo, hi], "rate_rps": rate,
-                     "max_tokens": max_tokens, "seed": seed},
-        "runs": runs,
-        "ttft_mean_s": {m: runs[m]["ttft_mean_s"] for m in MODES},
-        "ttft_p50_s": {m: runs[m]["ttft_p50_s"] for m in MODES},
-        "ttft_p99_s": {m: runs[m]["ttft_p99_s"] for m in MODES},
-        "throughput_rps": {m: runs[m]["throughput_rps"] for m in MODES},
-        "reused_token_ratio": {m: runs[m]["reused_token_ratio"] for m in MODES},
-        "ratios": {
-            "ttft_mean_no_reuse_over_router": _ratio(runs["no_reuse"]["ttft_mean_s"], runs["router"]["ttft_mean_s"]),
-            "ttft_mean_round_robin_over_router": _ratio(runs["round_robin"]["ttft_mean_s"], runs["router"]["ttft_mean_s"]),
-            "ttft_p99_no_reuse_over_router": _ratio(runs["no_reuse"]["ttft_p99_s"], runs["router"]["ttft_p99_s"]),
-            "throughput_router_over_no_reuse": _ratio(runs["router"]["throughput_rps"], runs["no_reuse"]["throughput_rps"]),
-        },
+    result = build_result(base, model, runs)
+    result["workload"] = {
+        "docs": n_docs, "questions": n_q, "doc_tokens": [lo, hi], "rate_rps": rate,
+        "max_tokens": max_tokens, "seed": seed,
     }  # fmt: skip
-    fit = prefill_cost_fit(samples["no_reuse"])
+    result["measured"] = {"prefill_s_per_token": prefill_cost_fit(samples["no_reuse"])}
     if save_costs:
-        click.echo("calibrating prefill cost (sequential requests) ...", err=True)
-        fit = asyncio.run(calibrate(base, model, docs[0], api_key))
-    result["measured"] = {
-        "prefill_s_per_token": fit,
-        "service_s": runs["no_reuse"]["latency_mean_s"],
-    }
-    if save_costs and fit is not None and fit > 0:
-        from ray_kvmoq.serving.costmodel import record_measurement
-
-        path = record_measurement(
-            "serve", {"prefill_s_per_token": fit, "service_s": runs["no_reuse"]["latency_mean_s"]}
-        )
-        click.echo(f"cost figures recorded in {path}", err=True)
+        result["measured"] = _save_costs(base, model, docs[0], api_key)
     if str(plot_path):
         plot(result, samples, plot_path)
         result["plot"] = str(plot_path)
         click.echo(f"plot: {plot_path}", err=True)
     if as_json:
-        click.echo(
-            json.dumps(result, default=lambda o: asdict(o) if isinstance(o, Sample) else str(o))
-        )
+        click.echo(json.dumps(result, default=str))
     else:
         click.echo(table(result))
     sys.stdout.flush()
+
+
+def _parse_range(text: str) -> tuple[int, int]:
+    lo_s, _, hi_s = text.partition(":")
+    try:
+        lo, hi = int(lo_s), int(hi_s or lo_s)
+    except ValueError:
+        raise click.BadParameter(
+            "expected LO:HI, e.g. 1000:2000", param_hint="--doc-tokens"
+        ) from None
+    if not 0 < lo <= hi:
+        raise click.BadParameter("expected 0 < LO <= HI", param_hint="--doc-tokens")
+    return lo, hi
+
+
+def _first_model(base: str, api_key: str | None) -> str:
+    import httpx
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        models = httpx.get(base + "/v1/models", timeout=30, headers=headers).json()
+        return str(models["data"][0]["id"])
+    except (httpx.HTTPError, ValueError, KeyError, IndexError) as exc:
+        raise click.ClickException(
+            f"no app at {base} ({exc}); start one with `make serve`"
+        ) from None
+
+
+def build_result(base: str, model: str, runs: dict[str, Any]) -> dict[str, Any]:
+    """The JSON object: per-mode runs, per-metric maps keyed by mode, and the ratios."""
+    r = runs
+    return {
+        "url": base,
+        "model": model,
+        "runs": runs,
+        "ttft_mean_s": {m: r[m]["ttft_mean_s"] for m in MODES},
+        "ttft_p50_s": {m: r[m]["ttft_p50_s"] for m in MODES},
+        "ttft_p99_s": {m: r[m]["ttft_p99_s"] for m in MODES},
+        "throughput_rps": {m: r[m]["throughput_rps"] for m in MODES},
+        "reused_token_ratio": {m: r[m]["reused_token_ratio"] for m in MODES},
+        "ratios": {
+            "ttft_mean_no_reuse_over_router": _ratio(r["no_reuse"]["ttft_mean_s"], r["router"]["ttft_mean_s"]),
+            "ttft_mean_round_robin_over_router": _ratio(r["round_robin"]["ttft_mean_s"], r["router"]["ttft_mean_s"]),
+            "ttft_p99_no_reuse_over_router": _ratio(r["no_reuse"]["ttft_p99_s"], r["router"]["ttft_p99_s"]),
+            "throughput_router_over_no_reuse": _ratio(r["router"]["throughput_rps"], r["no_reuse"]["throughput_rps"]),
+        },
+    }  # fmt: skip
+
+
+def _save_costs(base: str, model: str, doc: str, api_key: str | None) -> dict[str, Any]:
+    """Calibrate on the idle app and record the figures for the router."""
+    from ray_kvmoq.serving.costmodel import record_measurement
+
+    click.echo("calibrating prefill cost (sequential requests) ...", err=True)
+    slope, service = asyncio.run(calibrate(base, model, doc, api_key))
+    measured: dict[str, Any] = {"prefill_s_per_token": slope, "service_s": service}
+    if slope is not None and slope > 0 and service is not None:
+        path = record_measurement("serve", {"prefill_s_per_token": slope, "service_s": service})
+        click.echo(f"cost figures recorded in {path}", err=True)
+        measured["costs_file"] = str(path)
+    return measured

@@ -103,6 +103,21 @@ Press Ctrl-C to stop.
 """
 
 
+def _deploy(config: dict[str, Any], http: dict[str, Any]) -> str:
+    """Start Serve's proxy and deploy every application; returns the first one's base URL."""
+    from ray import serve as rserve
+
+    rserve.start(http_options={"host": http["host"], "port": http["port"]})
+    for app_cfg in config["applications"]:
+        name = app_cfg.get("name", "default")
+        prefix = app_cfg.get("route_prefix", "/")
+        _say(f"deploying {name!r} ({app_cfg['import_path']}) at {prefix}")
+        rserve.run(_build(app_cfg), name=name, route_prefix=prefix, blocking=False)
+    shown = "127.0.0.1" if http["host"] in ("0.0.0.0", "::") else http["host"]
+    prefix0 = (config["applications"][0].get("route_prefix") or "/").rstrip("/")
+    return f"http://{shown}:{http['port']}{prefix0}"
+
+
 @click.command("serve")
 @click.option(
     "--config",
@@ -155,17 +170,7 @@ def serve(
 
     signal.signal(signal.SIGTERM, _stop)
     try:
-        rserve.start(http_options={"host": http["host"], "port": http["port"]})
-        names = []
-        for app_cfg in config["applications"]:
-            name = app_cfg.get("name", "default")
-            prefix = app_cfg.get("route_prefix", "/")
-            _say(f"deploying {name!r} ({app_cfg['import_path']}) at {prefix}")
-            rserve.run(_build(app_cfg), name=name, route_prefix=prefix, blocking=False)
-            names.append(name)
-        shown = "127.0.0.1" if http["host"] in ("0.0.0.0", "::") else http["host"]
-        prefix0 = (config["applications"][0].get("route_prefix") or "/").rstrip("/")
-        base = f"http://{shown}:{http['port']}{prefix0}"
+        base = _deploy(config, http)
         _say("waiting for the model replicas (the first start converts the model: ~10 s)")
         _wait_healthy(base + "/health", timeout_s)
         import httpx
