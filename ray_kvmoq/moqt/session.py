@@ -363,6 +363,7 @@ class MoqtSession(SubscriptionsMixin, RequestsMixin, NamespacesMixin, DataMixin)
 
     def _on_requests_blocked(self, msg: RequestsBlocked, out: list[MoqtEvent]) -> None:
         out.append(RequestsBlockedReceived(max_request_id=msg.max_request_id))
+        self._maybe_grant()  # credit freed since our last MAX_REQUEST_ID goes out now
 
 
 def _check_path(path: bytes | None) -> None:
