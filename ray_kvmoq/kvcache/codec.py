@@ -39,6 +39,7 @@ from .layout import (
     one_thread,
     parse_header,
     section,
+    tensor,
     to_bf16_bits,
     to_float16,
     to_float32,
@@ -234,7 +235,11 @@ class _ScaledByteCodec(_FixedCodec):
         scale[~(scale > 0)] = 1.0
         nsc = scale.shape[1]
         section(body, 0, nsc, "<f4")[:] = scale
-        y = to_float32(rows) * (np.float32(1.0) / scale)[..., None]
+        inv = (np.float32(1.0) / scale)[..., None]
+        with one_thread():  # widen and scale in one torch pass when the input is bf16/fp16
+            t = tensor(rows).view(torch.bfloat16) if rows.dtype == np.uint16 else tensor(rows)
+            wide = t.float() if t.dtype != torch.float32 else t.clone()  # never scale in place
+            y = wide.mul_(torch.from_numpy(inv)).numpy()
         return y.reshape(n_t, -1), body[:, 4 * nsc :]
 
     def _unscale(self, body: np.ndarray, geo: KVGeometry, param: int) -> np.ndarray:

@@ -58,20 +58,20 @@ def encode(
     a = freq.shape[1]
     f32 = freq.astype(np.uint32)
     fc = (f32 | ((np.cumsum(f32, axis=1) - f32) << 16)).ravel()  # f | cum << 16
-    sym3 = sym.reshape(n_t, steps, lanes)
-    base = (table_of.astype(np.int32) * a).reshape(steps, lanes)
+    # flat (table, symbol) index of every symbol, computed in bulk: one add instead of 360
+    idx = sym.astype(np.int32)
+    idx += (table_of.astype(np.int32) * a)[None, :]
+    idx3 = idx.reshape(n_t, steps, lanes)
     words = np.empty((n_t, steps, lanes), np.uint16)  # x before renormalisation (low 16 bits)
     counts = np.empty((n_t, steps, lanes), np.uint8)  # bytes emitted: 0, 1 or 2
     x = np.full((n_t, lanes), RANS_L, np.uint32)
     lo16, scale = np.uint32(0xFFFF), np.uint32(PROB_SCALE)
     for s in range(steps - 1, -1, -1):
-        e = fc[sym3[:, s] + base[s]]
+        e = fc[idx3[:, s]]
         f = e & lo16
-        # emit while x >= ((RANS_L >> 12) << 8)·f = f << 19; a second byte is due iff
-        # x >> 8 >= f << 19, i.e. x >= f << 27 (capping f at 16 keeps the bound above 2^31)
-        cnt = np.add(
-            x >= (f << np.uint32(19)), x >= (np.minimum(f, 16) << np.uint32(27)), dtype=np.uint8
-        )
+        # emit while x >= ((RANS_L >> 12) << 8)·f = f << 19, at most twice
+        xm = f << np.uint32(19)
+        cnt = np.add(x >= xm, (x >> np.uint32(8)) >= xm, dtype=np.uint8)
         counts[:, s] = cnt
         words[:, s] = x
         x >>= cnt << np.uint8(3)

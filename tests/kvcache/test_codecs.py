@@ -171,3 +171,15 @@ def test_round_trip_any_geometry(
     out = codec.decode_objects(objs, geo, codebook=cb)
     assert out.shape == kv.shape and np.isfinite(out).all()
     assert _rel(out, kv, 0) < 0.5
+
+
+@pytest.mark.parametrize("name", TRACK_NAMES)
+def test_encoding_never_modifies_the_input(name: bytes) -> None:
+    """Regression: a one-token chunk is already token-major, so a view reaches the codec."""
+    for tokens in (1, 3):
+        kv = synthetic_kv(num_layers=2, num_kv_heads=1, tokens=tokens, head_dim=32, seed=3)
+        before = kv.copy()
+        codec = get_codec(name)
+        cb = build_codebook(kv) if codec.needs_codebook else None
+        codec.encode_chunk(kv, codebook=cb)
+        assert np.array_equal(kv, before)
