@@ -10,9 +10,10 @@ Design (STYLE rule 7; draft-14 §8 and docs/moqt-draft14.md §5):
   move, as one unit, into a pluggable :class:`GroupStore` (in memory here; the Ray actor plugs
   in a store that ``ray.put``s each sealed group as one numpy buffer so same-node actors read it
   without a copy).
-* One byte budget for the whole node. When it is exceeded, whole groups are evicted in LRU
-  order. The latest group of every track is never evicted (a live subscriber joins there), so
-  the cache may stay over budget when only protected groups remain.
+* One byte budget for the whole node. When it is exceeded, whole sealed groups are evicted in
+  LRU order. Never evicted: the latest group of every track (a live subscriber joins there),
+  open groups (still being filled), and the group the current call wrote (its writer reads it
+  next). The cache may therefore stay over budget while only protected groups remain.
 * The clock is injected: every method that needs time takes ``now`` (seconds). A track may
   carry a MAX_CACHE_DURATION (ms); an object older than that is no longer served and its group
   is dropped on the next access.
@@ -232,7 +233,7 @@ class RelayCache:
             t.end_of_track = (group_id, obj.object_id)
         if obj.status in (OBJECT_END_OF_GROUP, OBJECT_END_OF_TRACK):
             self._seal(key, g)
-        return self._evict()
+        return self._evict(keep=key)
 
     def put_group(
         self,
@@ -265,7 +266,7 @@ class RelayCache:
             self._lru[(namespace, track, group_id)] = None
         if not g.sealed:
             self._seal((namespace, track, group_id), g)
-        return self._evict()
+        return self._evict(keep=(namespace, track, group_id))
 
     def end_track(self, namespace: Namespace, track: bytes, last_group: int, now: float) -> None:
         """Record End of Track after ``last_group`` (nothing larger will ever exist)."""
@@ -404,7 +405,7 @@ class RelayCache:
         g.objects = {}
         g.sealed = True
 
-    def _evict(self) -> list[GroupKey]:
+    def _evict(self, keep: GroupKey | None = None) -> list[GroupKey]:
         evicted: list[GroupKey] = []
         if self.bytes_cached <= self.budget_bytes:
             return evicted
@@ -412,8 +413,11 @@ class RelayCache:
             if self.bytes_cached <= self.budget_bytes:
                 break
             ns, track, gid = key
-            if self._tracks[(ns, track)].latest_group == gid:
-                continue  # a track's latest group always stays (live subscribers join there)
+            t = self._tracks[(ns, track)]
+            if key == keep or t.latest_group == gid or not t.groups[gid].sealed:
+                # the latest group always stays (live subscribers join there); open groups are
+                # being filled; the group just written is about to be read by its writer
+                continue
             self._drop(key)
             evicted.append(key)
         return evicted
@@ -426,6 +430,8 @@ class RelayCache:
         if g.sealed:
             self.store.delete(g.handle)
         self.bytes_cached -= g.nbytes
+        if not t.groups:
+            del self._tracks[(ns, track)]  # nothing left to describe
         self.counters.evictions += 1
         self.counters.evicted_bytes += g.nbytes
 

@@ -244,7 +244,7 @@ class Relay:
                     return objs
             live = self._live.get((namespace, track))
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            if live is not None and (live.local or live.upstream is not None) and not live.ended:
+            if self._coming(namespace, track, group_id, live):
                 # the group is coming on a live track (local publisher or upstream subscription)
                 self._group_waiters.setdefault(gkey, []).append(fut)
                 await fut
@@ -332,6 +332,15 @@ class Relay:
 
     # ---- ingest (shared by local publishers and upstreams) ----------------------------------
 
+    def _coming(self, ns: Namespace, track: bytes, gid: int, live: _Live | None) -> bool:
+        """Whether a live track will still deliver ``gid`` (else it must be pulled)."""
+        if live is None or live.ended or not (live.local or live.upstream is not None):
+            return False
+        if gid in self.cache.cached_groups(ns, track):
+            return True  # open: its remaining objects are on their way
+        largest, _ = self.cache.track_info(ns, track)
+        return largest is None or gid > largest[0]  # an older group was evicted: pull it
+
     def _ingest_object(self, ns: Namespace, track: bytes, gid: int, obj: CachedObject) -> None:
         if self.cache.knows(ns, track, gid, obj.object_id):
             return
@@ -363,6 +372,8 @@ class Relay:
         if live is not None:
             live.ended = True
         self._fan_out((ns, track), TrackEnded())
+        if live is not None and not live.queues and self._live.get((ns, track)) is live:
+            del self._live[(ns, track)]  # finished and unwatched: the cache alone answers now
         for key in [k for k in self._group_waiters if k[:2] == (ns, track)]:
             for fut in self._group_waiters.pop(key):
                 if not fut.done():

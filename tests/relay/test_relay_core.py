@@ -206,3 +206,30 @@ def test_packed_group_round_trip_is_exact_and_zero_copy() -> None:
         for o in objs
     ]
     assert isinstance(back[2].payload, memoryview) and back[2].payload.obj is not None
+
+
+async def test_an_evicted_group_of_a_live_track_is_pulled_again_not_awaited() -> None:
+    directory = Directory()
+    client = LocalDirectoryClient(directory)
+    a = Relay(node_id="A", cache=RelayCache(1 << 20), directory=client)
+    up = DirectUpstream(a)
+    directory.register_node(NodeInfo(node_id="A", host="h", port=1))
+
+    async def connect(info: NodeInfo) -> Upstream:
+        return up
+
+    b = Relay(node_id="B", cache=RelayCache(7000), directory=client, connect=connect)
+    await a.publish_group(NS, TR, 0, group(0))
+    await a.flush_directory()
+    sub = await b.open_subscription(NS, TR)
+    for g in range(1, 3):
+        await a.publish_group(NS, TR, g, group(g))
+    seen: set[int] = set()
+    while len(seen) < 3:
+        ev = await asyncio.wait_for(sub.__anext__(), 5)
+        if isinstance(ev, GroupEnded):
+            seen.add(ev.group_id)
+    assert 0 not in b.cache.cached_groups(NS, TR)  # evicted on B, the track still live
+    assert await asyncio.wait_for(b.get_group(NS, TR, 0), 5) == group(0)
+    assert up.fetches == 1
+    sub.close()
