@@ -68,6 +68,8 @@ class Variant:
     """aioquic's packet pacer."""
     gso: bool = True
     """UDP GSO on the sender."""
+    send_buffer: int = 16 << 20
+    """Unacknowledged bytes the publisher may have outstanding (its backpressure window)."""
 
     def transport(self, **tls: Any) -> TransportConfig:
         """The QUIC settings of this row."""
@@ -157,7 +159,7 @@ async def _quic_pub_async(
             for i in range(OBJECTS_PER_GROUP):
                 quic.send_stream_data(sid, payload, end_stream=i == OBJECTS_PER_GROUP - 1)
                 proto.transmit_soon()
-                await proto.drain(4 << 20)
+                await proto.drain(variant.send_buffer)
         with contextlib.suppress(ConnectionError):  # the subscriber hangs up when it has it all
             await proto.drain(0)
         meter.stop()
@@ -213,7 +215,10 @@ async def _moqt_pub_async(
     track = api.MemoryTrack(max_groups=2)
     handler = api.TrackServer({api.FullTrackName.parse(_NAMESPACE, _TRACK): track})
     transport = variant.transport(**tls)
-    async with api.connect(f"moqt://127.0.0.1:{port}", transport=transport, handler=handler) as s:
+    url = f"moqt://127.0.0.1:{port}"
+    async with api.connect(
+        url, transport=transport, handler=handler, send_buffer=variant.send_buffer
+    ) as s:
         await s.publish_namespace(_NAMESPACE)
         await track.wait_subscribers(1, timeout=30)
         objects = [payload] * OBJECTS_PER_GROUP
