@@ -13,8 +13,8 @@ which is tested without Ray).
 * ``DirectoryActor`` (named ``kvmoq_directory``, not detached: it lives as long as the process
   that created it — the serving app's driver, or :func:`start_relays`' caller) holds the
   :class:`~.directory.Directory`. Relays feed it; a watchdog pings every registered relay and
-  drops a node whose relay is dead, so the directory forgets a killed relay within
-  ``watchdog_s × 2`` seconds.
+  drops a node whose relay is dead (its ping fails at once), so the directory forgets a killed
+  relay within about ``watchdog_s`` seconds; a merely unresponsive one after 10 silent rounds.
 
 Never a blocking ``ray.get`` inside ``async def``: the actors await refs. The one ``ray.get`` in
 :meth:`RayGroupStore.put` reads back an object this process has just put (sealed locally, so it
@@ -110,6 +110,8 @@ class DirectoryActor:
         self._d = Directory()
         self._relays: dict[str, Any] = {}
         self._watchdog_s = watchdog_s
+        self.unresponsive_limit = 10
+        """Silent ping rounds before a live-but-unresponsive relay is dropped."""
         self._task: asyncio.Task[None] | None = None
 
     async def register_node(self, info: NodeInfo, relay_handle: Any = None) -> None:
@@ -171,18 +173,21 @@ class DirectoryActor:
         return self._d.stats()
 
     async def _watch(self) -> None:
+        # A dead relay (ray.kill, node loss) fails its ping at once: forget it immediately. A
+        # slow one (busy CPU) only after `unresponsive_limit` silent rounds, so load alone never
+        # erases a healthy relay from the directory.
         misses: dict[str, int] = {}
         while True:
             await asyncio.sleep(self._watchdog_s)
             for node_id, handle in list(self._relays.items()):
                 try:
-                    await asyncio.wait_for(handle.ping.remote(), self._watchdog_s)
+                    await asyncio.wait_for(handle.ping.remote(), 2 * self._watchdog_s)
                     misses.pop(node_id, None)
-                except (ray.exceptions.RayActorError, ray.exceptions.ActorDiedError):
-                    misses[node_id] = 2
+                except ray.exceptions.ActorDiedError:
+                    misses[node_id] = self.unresponsive_limit
                 except (TimeoutError, ray.exceptions.RayError):
                     misses[node_id] = misses.get(node_id, 0) + 1
-                if misses.get(node_id, 0) >= 2:
+                if misses.get(node_id, 0) >= self.unresponsive_limit:
                     misses.pop(node_id, None)
                     await self.remove_node(node_id)
 
