@@ -23,7 +23,7 @@ from typing import Any
 
 import ray
 from fastapi import FastAPI, Request
-from fastapi.responses import Response
+from fastapi.responses import JSONResponse, Response
 from ray import serve
 
 from ray_kvmoq.engine.aio import AsyncEngine
@@ -290,8 +290,12 @@ class Ingress:
 
     @_app.get("/health")
     async def health(self) -> Response:
-        """200 once the engine replicas answer."""
-        return await handle_health(await self._core_ready())
+        """200 once the engine replicas answer, 503 before."""
+        try:
+            core = await asyncio.wait_for(self._core_ready(), 30)
+        except Exception as exc:
+            return JSONResponse({"status": "unavailable", "reason": str(exc)}, status_code=503)
+        return await handle_health(core)
 
     @_app.get("/metrics")
     async def metrics(self) -> Response:
