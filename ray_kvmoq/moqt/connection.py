@@ -224,6 +224,29 @@ class MoqtConnection:
         result: FetchStream = await self._await(rid)
         return result
 
+    async def joining_fetch(
+        self,
+        subscription: Subscription,
+        *,
+        preceding_groups: int = 0,
+        absolute: bool = False,
+        priority: int = 128,
+    ) -> FetchStream:
+        """Joining FETCH for a LargestObject ``subscription`` (d14 §9.16.2): the history from
+        ``preceding_groups`` groups before the Largest Location (or from group
+        ``preceding_groups`` when ``absolute``) up to where the subscription starts."""
+        rid = self._cmd(
+            lambda s: s.joining_fetch(
+                subscription.request_id,
+                preceding_groups,
+                absolute=absolute,
+                subscriber_priority=priority,
+            )
+        )
+        self._fetch_queues[rid] = _ObjectQueue()
+        result: FetchStream = await self._await(rid)
+        return result
+
     # -- plumbing ----------------------------------------------------------------------------
 
     def _cmd(self, fn: Callable[[MoqtSession], _T]) -> _T:

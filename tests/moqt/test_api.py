@@ -334,3 +334,14 @@ async def test_requests_wait_for_the_setup_decision() -> None:
     finally:
         server.close()
     assert seen == []
+
+
+async def test_joining_fetch_returns_the_history_before_the_subscription() -> None:
+    track = MemoryTrack()
+    await _publish(track, range(3))  # largest (2, 2)
+    async with pair(lambda: TrackServer({TRACK: track})) as client:
+        sub = await client.subscribe("a/b", "t")
+        history = await client.joining_fetch(sub, preceding_groups=1)
+        got = [(g, o) for g, o, _ in await _collect(history)]
+        await sub.unsubscribe()
+    assert got == [(g, o) for g in (1, 2) for o in range(3)]
