@@ -16,9 +16,11 @@ Modules (imports: ``ray_kvmoq.moqt`` only, never ``kvcache``; ``ray`` only in ``
 In-node API (stable; for Serve replicas and other actors on the same node). Start the relays
 once from the driver (the serving app's builder)::
 
-    from ray_kvmoq.relay.actor import start_relays, get_directory, relay_name
-    relays = start_relays(port=0, budget_bytes=256 << 20)     # node id -> RelayActor handle
-    relay = ray.get_actor(relay_name(ray.get_runtime_context().get_node_id()))  # in a replica
+    from ray_kvmoq.relay.actor import start_relays, local_relay
+    from ray_kvmoq.relay.peers import ClusterSecurity
+    relays = start_relays(port=0, budget_bytes=256 << 20,  # node id -> RelayActor handle
+                          security=ClusterSecurity.generate())  # cluster CA + token keys
+    relay = local_relay()                                   # in a replica: this node's relay
 
 ``namespace`` is a tuple/list of str|bytes fields (or a "/"-separated str), ``track`` str|bytes.
 Every method is awaited from async code (``await relay.m.remote(...)``):
@@ -28,10 +30,12 @@ Every method is awaited from async code (``await relay.m.remote(...)``):
   :class:`~ray_kvmoq.relay.cache.CachedObject` s; ``chunk_hash`` labels the group in the directory.
 * ``end_track(namespace, track, last_group) -> None``.
 * ``lookup(namespace, track) -> {"groups", "sealed", "largest", "end_of_track", "live"}``.
-* ``get_group_ref(namespace, track, group_id) -> ObjectRef[PackedGroup]`` — from the local
-  cache, or pulled once from the relay that has it (MoQT FETCH); ``await`` the ref (zero-copy on
-  the same node) and call :func:`~ray_kvmoq.relay.packed.unpack_group`.
-* ``subscribe_groups(namespace, track, start_group=0)`` — a streaming generator:
+* ``get_group_ref(namespace, track, group_id, *, wait_s=0.0, timeout_s=30.0) ->
+  ObjectRef[PackedGroup]`` — from the local cache, or pulled once from the relay that has it
+  (MoQT FETCH); ``await`` the ref (zero-copy on the same node) and call
+  :func:`~ray_kvmoq.relay.packed.unpack_group`. ``wait_s``: how long a not-yet-published track
+  may take to appear; ``timeout_s``: RelayError 0x2 after that (fall back to recomputing).
+* ``subscribe_groups(namespace, track, start_group=0, *, wait_s=0.0)`` — a streaming generator:
   ``async for ref in relay.subscribe_groups.remote(...)``; each item is
   ``{"group_id": g, "ref": ObjectRef[PackedGroup]}`` as groups complete (cached ones first,
   live ones as they are published anywhere in the cluster), then ``{"end": True}``.
@@ -42,7 +46,10 @@ Every method is awaited from async code (``await relay.m.remote(...)``):
   ``shutdown()``.
 
 Errors: ``RelayError`` (``error_code`` = draft-14 request error, e.g. 0x4 TRACK_DOES_NOT_EXIST)
-when no relay has a track or the upstream fails.
+when no relay has a track or the upstream fails (a dead peer is noticed within the QUIC idle
+timeout, 5 s by default). Groups of one track complete on separate QUIC streams, so a live
+subscriber may see group k+1 before group k: use ``group_id``, not arrival order. The in-node
+API is trusted (same-node actors); tenant tokens apply to MoQT sessions.
 
 Outside Ray, ``kvmoq relay --listen HOST:PORT`` runs the same relay as a plain MoQT relay.
 """

@@ -44,6 +44,7 @@ __all__ = [
     "RayGroupStore",
     "RelayActor",
     "get_directory",
+    "local_relay",
     "relay_name",
     "start_relays",
 ]
@@ -52,9 +53,14 @@ DIRECTORY_NAME = "kvmoq_directory"
 """Name of the directory actor (in the current Ray namespace)."""
 
 
-def relay_name(node_id: str) -> str:
+def relay_name(node_id: str, prefix: str = "kvmoq_relay_") -> str:
     """Actor name of the relay on ``node_id``."""
-    return f"kvmoq_relay_{node_id}"
+    return f"{prefix}{node_id}"
+
+
+def local_relay(prefix: str = "kvmoq_relay_") -> Any:
+    """The relay actor on the caller's node (for Serve replicas and other actors)."""
+    return ray.get_actor(relay_name(ray.get_runtime_context().get_node_id(), prefix))
 
 
 class RayGroupStore(GroupStore[tuple[Any, PackedGroup]]):
@@ -428,6 +434,7 @@ def start_relays(
     security: Any = None,
     network: dict[str, Any] | None = None,
     timeout_s: float = 60.0,
+    name_prefix: str = "kvmoq_relay_",
 ) -> dict[str, Any]:
     """Start (or find) one pinned relay per node and the directory; returns node id → handle.
 
@@ -444,7 +451,7 @@ def start_relays(
     handles = {}
     for node_id in node_ids:
         handles[node_id] = RelayActor.options(  # type: ignore[attr-defined]
-            name=relay_name(node_id),
+            name=relay_name(node_id, name_prefix),
             get_if_exists=True,
             num_cpus=0,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),

@@ -77,7 +77,9 @@ def cluster_relays(ray_cluster: Any) -> Iterator[dict[str, Any]]:
 
     security = ClusterSecurity.generate()
     a, b = ray_cluster.node_ids["127.0.0.2"], ray_cluster.node_ids["127.0.0.3"]
-    relays = start_relays(node_ids=[a, b], budget_bytes=BUDGET, security=security)
+    relays = start_relays(
+        node_ids=[a, b], budget_bytes=BUDGET, security=security, name_prefix="kvmoq_test_relay_"
+    )
     Reader = _actors()
     readers = {"A": _pin(Reader, a), "B": _pin(Reader, b)}
     try:
