@@ -145,6 +145,7 @@ class IngressCore:
         limit: int,
     ) -> tuple[Job, RoutingHint]:
         """Validate the length, salt the hashes, build the job and the router's hint."""
+        received = time.perf_counter()
         if not tokens:
             raise OpenAIError("The prompt is empty.", param="prompt", code="invalid_value")
         vocab_ok = all(isinstance(t, int) and t >= 0 for t in tokens)
@@ -172,6 +173,7 @@ class IngressCore:
             top_p=req.top_p,
             seed=req.seed,
             reuse=req.kv_reuse,
+            received_at=received,
         )
         hint = RoutingHint(
             hashes=[short_hash(h) for h in hashes],
@@ -203,7 +205,7 @@ class IngressCore:
         self, job: Job, hint: RoutingHint, stop: list[str]
     ) -> AsyncIterator[tuple[str, _Outcome | None]]:
         """(text delta, None) per token batch, then ("", outcome) once."""
-        t0 = time.perf_counter()
+        t0 = job.received_at or time.perf_counter()
         last: float | None = None
         ts = TextStream(self.tok.decode, stop)
         finish, stats = "length", KVStats()

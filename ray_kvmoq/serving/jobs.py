@@ -35,6 +35,9 @@ class Job:
     """False: recompute the whole prompt and publish nothing."""
     ignore_eos: bool = False
     """Keep generating past EOS (benchmarks)."""
+    received_at: float = 0.0
+    """``time.perf_counter()`` in the ingress when the request arrived (TTFT's start; only
+    meaningful in the ingress process)."""
 
 
 @dataclass(frozen=True, kw_only=True)
