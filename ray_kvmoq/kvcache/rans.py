@@ -58,26 +58,28 @@ def encode(
     a = freq.shape[1]
     f32 = freq.astype(np.uint32)
     fc = (f32 | ((np.cumsum(f32, axis=1) - f32) << 16)).ravel()  # f | cum << 16
-    # flat (table, symbol) index of every symbol, computed in bulk: one add instead of 360
+    # flat (table, symbol) index of every symbol, in bulk and step-major (contiguous gathers)
     idx = sym.astype(np.int32)
     idx += (table_of.astype(np.int32) * a)[None, :]
-    idx3 = idx.reshape(n_t, steps, lanes)
+    idx_s = np.ascontiguousarray(idx.reshape(n_t, steps, lanes).transpose(1, 0, 2))
     words = np.empty((n_t, steps, lanes), np.uint16)  # x before renormalisation (low 16 bits)
     counts = np.empty((n_t, steps, lanes), np.uint8)  # bytes emitted: 0, 1 or 2
     x = np.full((n_t, lanes), RANS_L, np.uint32)
     lo16, scale = np.uint32(0xFFFF), np.uint32(PROB_SCALE)
+    c19, c16, c8, c3 = np.uint32(19), np.uint32(16), np.uint32(8), np.uint8(3)
+    u8, take = np.uint8, np.take
     for s in range(steps - 1, -1, -1):
-        e = fc[idx3[:, s]]
+        e = take(fc, idx_s[s])
         f = e & lo16
         # emit while x >= ((RANS_L >> 12) << 8)·f = f << 19, at most twice
-        xm = f << np.uint32(19)
-        cnt = np.add(x >= xm, (x >> np.uint32(8)) >= xm, dtype=np.uint8)
+        xm = f << c19
+        cnt = np.add(x >= xm, (x >> c8) >= xm, dtype=u8)
         counts[:, s] = cnt
         words[:, s] = x
-        x >>= cnt << np.uint8(3)
+        x >>= cnt << c3
         # x' = (x // f) << 12 | (x mod f) + cum  ==  x + (x // f)·(4096 − f) + cum
         x += (x // f) * (scale - f)
-        x += e >> np.uint32(16)
+        x += e >> c16
     return (x, *_compact(words, counts))
 
 
