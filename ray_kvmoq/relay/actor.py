@@ -269,6 +269,10 @@ class RelayActor:
             else None
         )
         listen = self._network_opts.pop("listen", True)
+        if "security" not in self._network_opts:
+            from .peers import ClusterSecurity
+
+            self._network_opts["security"] = ClusterSecurity.from_env()  # None when unset
         if listen:
             from .network import RelayNetwork  # MoQT side; late so the core stays Ray-testable
 
@@ -438,8 +442,9 @@ def start_relays(
 ) -> dict[str, Any]:
     """Start (or find) one pinned relay per node and the directory; returns node id → handle.
 
-    ``security`` is a :class:`~.peers.ClusterSecurity` (cluster CA + token keys; None: relay
-    sessions use self-signed certificates and no tokens). ``network`` holds extra
+    ``security`` is a :class:`~.peers.ClusterSecurity` (cluster CA + token keys). None: each
+    relay derives it from ``$KVMOQ_CLUSTER_SECRET`` (hex, same on every node; pass it in the
+    job's ``runtime_env``) if set, else its sessions use self-signed certificates, no tokens. ``network`` holds extra
     :class:`~.network.RelayNetwork` options (``idle_timeout_s``, ``transport_options``).
     Synchronous driver-side helper (the serving app's builder or a test); the directory is
     owned by the caller.

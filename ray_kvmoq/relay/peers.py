@@ -19,10 +19,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
+import os
 import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from cryptography.x509.oid import NameOID
 
 from ray_kvmoq.moqt import api
 from ray_kvmoq.moqt.aio import TransportConfig
@@ -98,6 +106,38 @@ class ClusterSecurity:
             signing_key_id=kid,
         )
 
+    @classmethod
+    def from_secret(cls, secret: bytes, *, token_ttl_s: float = 600.0) -> ClusterSecurity:
+        """The same trust material on every node from one shared secret (no driver step).
+
+        The CA key and the token key are derived with HKDF-SHA256; CA certificates made on two
+        nodes differ only in their (randomised) ECDSA signature, so a leaf issued on one node
+        verifies against the CA made on another.
+        """
+        if len(secret) < 16:
+            raise ValueError("the cluster secret must have at least 16 bytes")
+        scalar = int.from_bytes(_hkdf(secret, b"kvmoq ca key", 48), "big") % (_P256_ORDER - 1) + 1
+        key = ec.derive_private_key(scalar, ec.SECP256R1())
+        serial = int.from_bytes(_hkdf(secret, b"kvmoq ca serial", 16), "big") >> 1
+        kid = _hkdf(secret, b"kvmoq token kid", 4).hex()
+        return cls(
+            ca_cert_pem=_ca_cert(key, serial),
+            ca_key_pem=key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            ),
+            keys={kid: _hkdf(secret, b"kvmoq token key", 32)},
+            signing_key_id=kid,
+            token_ttl_s=token_ttl_s,
+        )
+
+    @classmethod
+    def from_env(cls, var: str = "KVMOQ_CLUSTER_SECRET") -> ClusterSecurity | None:
+        """:meth:`from_secret` of the hex secret in ``$var`` (None when unset)."""
+        value = os.environ.get(var)
+        return None if not value else cls.from_secret(bytes.fromhex(value))
+
     def leaf_for(self, host: str) -> LeafCertificate:
         """A certificate for a relay listening on ``host``."""
         ca = CertificateAuthority(cert_pem=self.ca_cert_pem, key_pem=self.ca_key_pem)
@@ -114,6 +154,42 @@ class ClusterSecurity:
     def peer_token(self, now: float) -> bytes:
         """A relay-to-relay token: may subscribe to any namespace."""
         return self.signer().issue(CLUSTER_TENANT, subscribe=[[]], now=now, ttl_s=self.token_ttl_s)
+
+
+_P256_ORDER = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
+
+
+def _hkdf(secret: bytes, label: bytes, length: int) -> bytes:
+    return HKDF(algorithm=hashes.SHA256(), length=length, salt=None, info=label).derive(secret)
+
+
+def _ca_cert(key: ec.EllipticCurvePrivateKey, serial: int) -> bytes:
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "ray_kvmoq cluster CA")])
+    usage = x509.KeyUsage(
+        digital_signature=True,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=True,
+        crl_sign=True,
+        encipher_only=False,
+        decipher_only=False,
+    )
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(serial)
+        .not_valid_before(datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC))
+        .not_valid_after(datetime.datetime(2100, 1, 1, tzinfo=datetime.UTC))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(usage, critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return cert.public_bytes(serialization.Encoding.PEM)
 
 
 def use_value(token: bytes) -> AuthToken:

@@ -130,3 +130,41 @@ async def test_tokens_scope_tenants_and_expire() -> None:
             async with client(port, good_a) as a2:  # the owner reads it (pulled by FETCH)
                 stream = await a2.fetch(NS, TR, start=Location(0, 0), end=Location(0, 0))
                 assert [o.payload async for o in stream] == [b"secret"]
+
+
+async def test_relays_sharing_a_secret_trust_each_other_and_strangers_do_not() -> None:
+    from ray_kvmoq.relay.cache import CachedObject, RelayCache
+    from ray_kvmoq.relay.directory import NodeInfo
+    from ray_kvmoq.relay.events import LocalDirectoryClient, RelayError
+    from ray_kvmoq.relay.network import RelayNetwork
+    from ray_kvmoq.relay.peers import ClusterSecurity
+    from ray_kvmoq.relay.relay import Relay
+
+    secret = b"cluster secret!!" * 2
+    d = LocalDirectoryClient()
+    na = RelayNetwork(node_id="A", security=ClusterSecurity.from_secret(secret))
+    a = Relay(node_id="A", cache=RelayCache(1 << 20), directory=d, connect=na.connect)
+    await d.register_node(NodeInfo(node_id="A", host="127.0.0.1", port=await na.start(a)))
+    await a.publish_group(NS, TR, 0, [CachedObject(object_id=0, payload=b"kv")])
+    await a.flush_directory()
+    nets = []
+    try:
+        for sec, ok in (
+            (ClusterSecurity.from_secret(secret), True),
+            (ClusterSecurity.generate(), False),
+        ):
+            nb = RelayNetwork(node_id="B", security=sec, idle_timeout_s=2.0)
+            nets.append(nb)
+            b = Relay(node_id="B", cache=RelayCache(1 << 20), directory=d, connect=nb.connect)
+            nb.pool.attempts = 1
+            if ok:  # same secret: B verifies A's leaf against its own copy of the CA
+                got = await asyncio.wait_for(b.get_group(NS, TR, 0), 10)
+                assert [bytes(o.payload) for o in got] == [b"kv"]
+            else:  # another cluster's CA: the TLS handshake fails, nothing is served
+                with pytest.raises(RelayError):
+                    await asyncio.wait_for(b.get_group(NS, TR, 0), 20)
+    finally:
+        for n in [na, *nets]:
+            await n.close()
+    with pytest.raises(ValueError):
+        ClusterSecurity.from_secret(b"short")
