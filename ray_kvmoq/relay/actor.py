@@ -58,9 +58,10 @@ def relay_name(node_id: str, prefix: str = "kvmoq_relay_") -> str:
     return f"{prefix}{node_id}"
 
 
-def local_relay(prefix: str = "kvmoq_relay_") -> Any:
+def local_relay(prefix: str = "kvmoq_relay_", namespace: str | None = None) -> Any:
     """The relay actor on the caller's node (for Serve replicas and other actors)."""
-    return ray.get_actor(relay_name(ray.get_runtime_context().get_node_id(), prefix))
+    node_id = ray.get_runtime_context().get_node_id()
+    return ray.get_actor(relay_name(node_id, prefix), namespace=namespace)
 
 
 class RayGroupStore(GroupStore[tuple[Any, PackedGroup]]):
@@ -216,16 +217,17 @@ async def _retry_missing(fn: Callable[[], Awaitable[_T]], wait_s: float) -> _T:
         await asyncio.sleep(0.05)
 
 
-def get_directory(*, create: bool = True) -> Any:
+def get_directory(*, create: bool = True, namespace: str | None = None) -> Any:
     """The ``kvmoq_directory`` actor handle (created, owned by the caller, if absent).
 
     Ray collects a non-detached actor once no handle is left, so this process keeps one: the
     directory lives as long as the process that created it (or until ``ray.shutdown``).
+    ``namespace``: the Ray namespace to look in (default: the caller's).
     """
     if not create:
-        return ray.get_actor(DIRECTORY_NAME)
+        return ray.get_actor(DIRECTORY_NAME, namespace=namespace)
     handle = DirectoryActor.options(  # type: ignore[attr-defined]
-        name=DIRECTORY_NAME, get_if_exists=True, num_cpus=0
+        name=DIRECTORY_NAME, namespace=namespace, get_if_exists=True, num_cpus=0
     ).remote()
     # keep the first handle of each directory actor: it is the owner's, later ones are borrowed
     _HELD.setdefault(handle._actor_id.hex(), handle)
@@ -439,6 +441,7 @@ def start_relays(
     network: dict[str, Any] | None = None,
     timeout_s: float = 60.0,
     name_prefix: str = "kvmoq_relay_",
+    namespace: str | None = None,
 ) -> dict[str, Any]:
     """Start (or find) one pinned relay per node and the directory; returns node id → handle.
 
@@ -450,13 +453,14 @@ def start_relays(
     owned by the caller.
     """
     network = {**(network or {}), **({"security": security} if security is not None else {})}
-    directory = get_directory()
+    directory = get_directory(namespace=namespace)
     if node_ids is None:
         node_ids = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
     handles = {}
     for node_id in node_ids:
         handles[node_id] = RelayActor.options(  # type: ignore[attr-defined]
             name=relay_name(node_id, name_prefix),
+            namespace=namespace,
             get_if_exists=True,
             num_cpus=0,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
