@@ -65,7 +65,9 @@ class AppArgs(BaseModel):
     """The PD-mode ``PrefillServer``."""
     decode: ReplicaArgs = Field(default_factory=ReplicaArgs)
     """The PD-mode ``DecodeServer``."""
-    ingress: ReplicaArgs = Field(default_factory=lambda: ReplicaArgs(num_cpus=0.5))
+    ingress: ReplicaArgs = Field(
+        default_factory=lambda: ReplicaArgs(num_cpus=0.5, max_ongoing_requests=256)
+    )
     """The HTTP ingress."""
     relay: bool = True
     """Share KV through the per-node relays (False: each replica keeps its own KV, combined only)."""
