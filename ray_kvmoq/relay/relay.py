@@ -413,9 +413,9 @@ class Relay:
             if self.cache.is_sealed(ns, track, gid):
                 out.append(GroupEnded(group_id=gid))
         _, eot = self.cache.track_info(ns, track)
-        if eot is not None and all(
-            self.cache.is_sealed(ns, track, g) for g in range(start_group, eot[0] + 1)
-        ):
+        if eot is not None:
+            # ended: nothing more will come. Groups missing here were evicted (or never
+            # existed); a reader that needs one pulls it with get_group/fetch.
             out.append(TrackEnded())
         return out
 

@@ -233,3 +233,15 @@ async def test_an_evicted_group_of_a_live_track_is_pulled_again_not_awaited() ->
     assert await asyncio.wait_for(b.get_group(NS, TR, 0), 5) == group(0)
     assert up.fetches == 1
     sub.close()
+
+
+async def test_an_ended_track_with_an_evicted_middle_group_still_ends() -> None:
+    a = Relay(node_id="A", cache=RelayCache(6500))  # room for two 3000-byte groups
+    await a.publish_group(NS, TR, 0, group(0))
+    await a.publish_group(NS, TR, 1, group(1))
+    await a.get_group(NS, TR, 0)  # group 0 is now the more recently used one
+    await a.publish_group(NS, TR, 2, group(2), end_of_track=True)
+    assert a.cache.cached_groups(NS, TR) == [0, 2]
+    evs = await asyncio.wait_for(collect(a.subscribe(NS, TR)), 5)
+    assert [e.group_id for e in evs if isinstance(e, GroupEnded)] == [0, 2]
+    assert isinstance(evs[-1], TrackEnded)
