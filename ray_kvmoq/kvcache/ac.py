@@ -7,12 +7,12 @@ V: 32 for layers < 2 else 16): on SmolLM2 they lift top-1 agreement from 86.7% t
 from 3.0e-2 to 1.7e-2 for 4% more bytes (docs/kv-payload-format.md §7.1 has the sweep). Keys
 need the precision; values tolerate coarse bins.
 
-Entropy stage: rans.py with ``J`` interleaved coders per token (flags bits 4–6 = log2 J) and
-frequency tables from the track's codebook (header ``param`` = codebook id). The codebook holds
-the bins too, so an AC object plus its codebook is everything a decoder needs.
+Entropy stage: rans.py (16-bit renormalisation) with ``J`` interleaved coders per token (flags
+bits 4–6 = log2 J) and frequency tables from the track's codebook (header ``param`` = codebook
+id). The codebook holds the bins too, so an AC object plus its codebook is all a decoder needs.
 
 Codebook granularity: one table per (layer, K/V, head) by default (``granularity`` 1). Per
-channel tables (0) code ~5% smaller objects but the codebook grows from ~11 KB to ~420 KB,
+channel tables (0) code ~5% smaller objects but the codebook grows from ~5 KB to ~420 KB,
 which a track of a few groups never earns back; per (layer, K/V) (2) is the smallest.
 """
 
@@ -265,8 +265,9 @@ class ACCodec(KVCodec):
             ),
             axis=1,
         )
-        ends = np.cumsum(lens)
-        raw = data.tobytes()
+        ends = 2 * np.cumsum(lens)  # in bytes: the stream is u16 words
+        lens = 2 * lens
+        raw = data.astype("<u2").tobytes()
         return [
             head + row.tobytes() + raw[e - n : e]
             for row, e, n in zip(fixed, ends.tolist(), lens.tolist(), strict=True)
@@ -305,8 +306,10 @@ class ACCodec(KVCodec):
         if not (np.isfinite(a16).all() and (a16 > 0).all()):
             raise MalformedPayloadError("AC object has a bad amax")
         states = head[:, 4 * n_l :].copy().view(">u4").astype(np.uint32)
-        buf = np.frombuffer(b"".join(obj[fixed:] for obj in objects), np.uint8)
-        lens = sizes - fixed
+        if ((sizes - fixed) % 2).any():
+            raise TruncatedPayloadError("AC stream is not a whole number of 16-bit words")
+        buf = np.frombuffer(b"".join(obj[fixed:] for obj in objects), "<u2").astype(np.uint16)
+        lens = (sizes - fixed) // 2
         ends = np.cumsum(lens)
         sym = rans.decode(
             states,

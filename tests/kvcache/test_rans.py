@@ -1,4 +1,8 @@
-"""The vectorised interleaved rANS against a literal transcription of the spec (kv-payload §5.7)."""
+"""The vectorised interleaved rANS against a literal transcription of its spec.
+
+docs/kv-payload-format.md §7.3: 32-bit state in [2^16, 2^32), 12-bit probabilities, one
+16-bit little-endian word per renormalisation, states big-endian in front.
+"""
 
 from __future__ import annotations
 
@@ -11,19 +15,36 @@ from ray_kvmoq.kvcache import MalformedPayloadError, PayloadError, rans
 
 
 def _spec_encode(syms: list[int], freqs: list[list[int]]) -> bytes:
-    """Scalar rANS exactly as kv-payload.md §5.7 writes it (J = 1)."""
+    """Scalar rANS exactly as docs/kv-payload-format.md §7.3 writes it (J = 1)."""
     out = bytearray()
-    x = 1 << 23
+    x = 1 << 16
     for i in range(len(syms) - 1, -1, -1):
         f_tab = freqs[i]
         s = syms[i]
         f, c = f_tab[s], sum(f_tab[:s])
-        x_max = ((1 << 23 >> 12) << 8) * f
-        while x >= x_max:
-            out.insert(0, x & 0xFF)
-            x >>= 8
+        x_max = ((1 << 16 >> 12) << 16) * f
+        if x >= x_max:
+            out[:0] = (x & 0xFFFF).to_bytes(2, "little")
+            x >>= 16
         x = ((x // f) << 12) + (x % f) + c
     return x.to_bytes(4, "big") + bytes(out)
+
+
+def _spec_decode(data: bytes, n: int, freqs: list[list[int]]) -> list[int]:
+    x = int.from_bytes(data[:4], "big")
+    pos = 4
+    out = []
+    for i in range(n):
+        f_tab = freqs[i]
+        slot = x & 4095
+        s = next(k for k in range(len(f_tab)) if sum(f_tab[:k]) <= slot < sum(f_tab[: k + 1]))
+        x = f_tab[s] * (x >> 12) + slot - sum(f_tab[:s])
+        if x < 1 << 16:
+            x = (x << 16) | int.from_bytes(data[pos : pos + 2], "little")
+            pos += 2
+        out.append(s)
+    assert x == 1 << 16 and pos == len(data)
+    return out
 
 
 def _tables(rng: np.random.Generator, n_tables: int, alpha: int) -> np.ndarray:
@@ -43,8 +64,10 @@ def test_single_lane_matches_the_spec_byte_for_byte(seed: int, n: int) -> None:
         1, n
     )
     states, data, lens = rans.encode(sym, freq, table_of, 1)
-    ours = states.astype(">u4").tobytes() + data.tobytes()
-    assert ours == _spec_encode(sym[0].tolist(), [freq[t].tolist() for t in table_of])
+    ours = states.astype(">u4").tobytes() + data.astype("<u2").tobytes()
+    tables = [freq[t].tolist() for t in table_of]
+    assert ours == _spec_encode(sym[0].tolist(), tables)
+    assert _spec_decode(ours, n, tables) == sym[0].tolist()
     got = rans.decode(states, data, np.array([0]), lens, rans.pack_decode_table(freq), table_of, n)
     assert np.array_equal(got, sym)
 
@@ -71,6 +94,6 @@ def test_interleaved_round_trip_many_tokens(lanes: int) -> None:
             states, data[:-1], s_end - short, s_end, rans.pack_decode_table(freq), table_of, n
         )
     bad = states.copy()
-    bad[0, 0] = 5
+    bad[0, 0] = 5  # below 2^16
     with pytest.raises(MalformedPayloadError):
         rans.decode(bad, data, ends - lens, ends, rans.pack_decode_table(freq), table_of, n)
