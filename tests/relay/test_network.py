@@ -123,6 +123,12 @@ async def test_tokens_scope_tenants_and_expire() -> None:
                 with pytest.raises(api.RequestError) as ei:
                     await anon.subscribe(NS, TR, auth_tokens=token_param(b"garbage"))
                 assert ei.value.error_code == 0x10  # MALFORMED_AUTH_TOKEN
+                with pytest.raises(api.RequestError) as ei:
+                    await anon.subscribe(NS, TR)  # no token at all
+                assert ei.value.error_code == 0x1
+                with pytest.raises(api.RequestError) as ei:
+                    await anon.publish_namespace((b"kv", b"tenant-a"))
+                assert ei.value.error_code == 0x1
             for bad, code in ((expired, 0x18), (wrong_key, 0x2), (b"junk", 0x16)):
                 async with client(port, bad) as c:
                     closed = await asyncio.wait_for(c.wait_closed(), 5)
