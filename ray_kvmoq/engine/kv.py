@@ -10,6 +10,9 @@ Each chunk is its own contiguous tensor. That makes ``chunks()`` free: it return
 and ``from_chunks()`` wraps arrays that came out of the object store without copying them (they
 are read-only there; the engine never writes into a KV it was given).
 
+A ``KVCache`` pickles as its numpy chunks, so passing one through Ray (an argument or a return
+value) stays zero-copy on the receiving side.
+
 Invariants: every chunk has the same L, H, D and dtype; all chunks are full except the first (if
 ``start`` is not on a boundary) and the last.
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 import itertools
 import warnings
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -163,6 +167,11 @@ class KVCache:
     def __len__(self) -> int:
         return self.length
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # Pickle as numpy chunks: Ray's pickle-5 serializer then ships them out of band and
+        # ``ray.get`` rebuilds the cache on read-only views of the object store (no copy).
+        return (_rebuild, (self.chunks(), self.start, self.chunk_size, str(self.dtype)))
+
     def __repr__(self) -> str:
         return (
             f"KVCache(shape={self.shape}, start={self.start}, dtype={self.dtype}, "
@@ -224,6 +233,12 @@ class KVCache:
             n = c.shape[3]
             dest[:, :, :, pos : pos + n].copy_(c)
             pos += n
+
+
+def _rebuild(chunks: list[np.ndarray], start: int, chunk_size: int, dtype: str) -> KVCache:
+    kv = KVCache.from_chunks(chunks, start=start, chunk_size=chunk_size)
+    want = _parse_dtype(dtype.removeprefix("torch."))
+    return kv if kv.dtype == want else kv.to(want)
 
 
 def _parse_dtype(dtype: torch.dtype | str) -> torch.dtype:

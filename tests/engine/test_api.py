@@ -105,6 +105,22 @@ def test_kvcache_chunk_boundaries() -> None:
         KVCache.from_chunks([np.zeros((1, 2, 1, 4, 2), dtype=np.int32)])
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+def test_kvcache_pickles_out_of_band(dtype: str) -> None:
+    import pickle
+
+    t = torch.randn(2, 2, 3, 200, 8).to(getattr(torch, dtype))
+    kv = KVCache.from_tensor(t, start=0)
+    buffers: list[pickle.PickleBuffer] = []
+    blob = pickle.dumps(kv, protocol=5, buffer_callback=buffers.append)
+    assert len(buffers) == 2 and len(blob) < 2000  # the values travel out of band
+    back = pickle.loads(blob, buffers=buffers)
+    assert back.dtype == kv.dtype and back.start == 0 and back.length == 200
+    assert torch.equal(back.to_tensor(), t)
+    raw = np.frombuffer(memoryview(buffers[0]), dtype=np.uint8)
+    assert back.tensors()[0].data_ptr() == raw.ctypes.data  # rebuilt on the buffer, no copy
+
+
 def test_kvcache_float_chunks_are_cast_on_request() -> None:
     a = np.random.default_rng(0).standard_normal((2, 2, 1, 128, 4)).astype(np.float32)
     kv = KVCache.from_chunks([a])
