@@ -190,13 +190,13 @@ async def test_keepalive_keeps_a_quiet_connection_open(
     keepalive: float | None, alive: bool
 ) -> None:
     server = TransportConfig(
-        cert_pem=LEAF.cert_pem, key_pem=LEAF.key_pem, idle_timeout=0.6, keepalive=keepalive
+        cert_pem=LEAF.cert_pem, key_pem=LEAF.key_pem, idle_timeout=1.0, keepalive=keepalive
     )
     listener = await serve_quic("127.0.0.1", 0, config=server, on_connection=lambda p: None)
     try:
-        client = TransportConfig(cadata=LEAF.ca_pem, idle_timeout=0.6, keepalive=keepalive)
+        client = TransportConfig(cadata=LEAF.ca_pem, idle_timeout=1.0, keepalive=keepalive)
         async with connect_quic("127.0.0.1", listener.port, config=client) as proto:
-            await asyncio.sleep(2.0)  # > 3 idle timeouts without application traffic
+            await asyncio.sleep(3.2)  # > 3 idle timeouts without application traffic
             assert proto.is_closed is not alive
     finally:
         listener.close()
