@@ -193,38 +193,34 @@ class PDBackend(Backend):
         self._d = decode.options(method_name="decode", stream=True)
 
     async def stream(self, job: Job, hint: RoutingHint) -> AsyncIterator[Event]:
-        """Start prefill, start decode on the prefill node's KV as soon as prefill has a node."""
+        """Start prefill, start decode on the prefill node's KV as soon as prefill has a node.
+
+        If no prefill replica can start the job, decode computes the whole prompt itself.
+        """
         pgen = self._p.remote(job, routing=hint.to_dict())
-        first = await pgen.__anext__()
-        assert isinstance(first, StartedEvent)
-        dhint = RoutingHint(
-            prompt_tokens=len(job.tokens), kv_node=first.node_id, policy=hint.policy
-        )
-
-        async def prefill_rest() -> DoneEvent:
-            done = DoneEvent(finish_reason="error", error="prefill ended early")
-            async for ev in pgen:
-                if isinstance(ev, DoneEvent):
-                    done = ev
-            return done
-
-        ptask = asyncio.create_task(prefill_rest())
         try:
-            async for ev in self._d.remote(job, first.node_id, routing=dhint.to_dict()):
+            first = await pgen.__anext__()
+            kv_node = first.node_id if isinstance(first, StartedEvent) else ""
+        except Exception:
+            kv_node = ""
+        dhint = RoutingHint(
+            prompt_tokens=len(job.tokens), kv_node=kv_node or None, policy=hint.policy
+        )
+        ptask = asyncio.create_task(_prefill_rest(pgen) if kv_node else _no_prefill())
+        try:
+            async for ev in self._d.remote(job, kv_node, routing=dhint.to_dict()):
                 if isinstance(ev, DoneEvent):
                     pre = await ptask
+                    # Reuse counts come from prefill; transfers and fallbacks from both.
                     stats = KVStats(
                         reused_local=pre.stats.reused_local,
                         reused_remote=pre.stats.reused_remote,
-                        bytes_zero_copy=pre.stats.bytes_zero_copy,
-                        bytes_moqt=pre.stats.bytes_moqt,
-                        fallbacks=pre.stats.fallbacks,
                         prefill_node=pre.stats.prefill_node,
                     ).merged(
                         KVStats(
-                            bytes_zero_copy=ev.stats.bytes_zero_copy,
-                            bytes_moqt=ev.stats.bytes_moqt,
-                            fallbacks=ev.stats.fallbacks,
+                            bytes_zero_copy=pre.stats.bytes_zero_copy + ev.stats.bytes_zero_copy,
+                            bytes_moqt=pre.stats.bytes_moqt + ev.stats.bytes_moqt,
+                            fallbacks=pre.stats.fallbacks + ev.stats.fallbacks,
                             decode_node=ev.stats.decode_node,
                         )
                     )
@@ -233,6 +229,22 @@ class PDBackend(Backend):
         finally:
             if not ptask.done():
                 ptask.cancel()
+
+
+async def _prefill_rest(pgen: Any) -> DoneEvent:
+    """The rest of a prefill stream: its final event (an error event if it broke off)."""
+    done = DoneEvent(finish_reason="error", error="prefill ended early")
+    try:
+        async for ev in pgen:
+            if isinstance(ev, DoneEvent):
+                done = ev
+    except Exception as exc:  # decode falls back on its own; keep the reason
+        done = DoneEvent(finish_reason="error", error=str(exc))
+    return done
+
+
+async def _no_prefill() -> DoneEvent:
+    return DoneEvent(finish_reason="error", error="no prefill replica")
 
 
 _app = FastAPI(title="ray_kvmoq", docs_url=None, redoc_url=None)

@@ -213,13 +213,19 @@ class ReplicaCore:
             return None, stats
         return KVCache.from_chunks(chunks, chunk_size=self.chunk), stats
 
-    def _valid(self, chunks: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """The leading chunks whose geometry matches the engine (anything else is recomputed)."""
+    def _valid(self, chunks: Sequence[np.ndarray], *, short_last: bool = False) -> list[np.ndarray]:
+        """The leading chunks whose geometry matches the engine (anything else is recomputed).
+
+        Every chunk must hold ``chunk`` tokens, except the last one when ``short_last``.
+        """
         c = self.engine.config
-        want = (c.num_layers, 2, c.num_kv_heads, self.chunk, c.head_dim)
+        want = (c.num_layers, 2, c.num_kv_heads, c.head_dim)
         out = []
-        for arr in chunks:
-            if tuple(arr.shape) != want:
+        for i, arr in enumerate(chunks):
+            if arr.ndim != 5 or (*arr.shape[:3], arr.shape[4]) != want:
+                break
+            n = arr.shape[3]
+            if n != self.chunk and not (short_last and i == len(chunks) - 1 and 0 < n < self.chunk):
                 break
             out.append(arr)
         return out
@@ -274,9 +280,7 @@ class ReplicaCore:
                 nbytes += arr.nbytes
         except Exception as exc:  # relay gone, session reset, corrupt payload: recompute
             fallbacks = (_reason(exc),)
-        valid = self._valid(got[:-1]) if len(got) == n_groups else self._valid(got)
-        if len(got) == n_groups and len(valid) == n_groups - 1:
-            valid.append(got[-1])
+        valid = self._valid(got, short_last=len(got) == n_groups)
         if len(valid) < n_groups and not fallbacks:
             fallbacks = ("timeout",) if len(got) == len(valid) else ("shape",)
         remote = kv_node != self.node_id
@@ -294,7 +298,10 @@ class ReplicaCore:
         """PD decode: pull the prompt's KV through this node's relay, then generate."""
         self.ongoing += 1
         try:
-            kv, stats = await self.pull_kv(job, kv_node)
+            if kv_node:
+                kv, stats = await self.pull_kv(job, kv_node)
+            else:  # prefill could not start: compute the whole prompt here
+                kv, stats = None, KVStats(fallbacks=("prefill",), decode_node=self.node_id)
             async for ev in self.decode_tokens(job, kv):
                 if isinstance(ev, DoneEvent):
                     ev = DoneEvent(finish_reason=ev.finish_reason, stats=stats, error=ev.error)

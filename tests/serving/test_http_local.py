@@ -188,3 +188,41 @@ async def test_concurrent_same_prefix_waits_instead_of_recomputing(
     )
     cached = sorted(r.json()["usage"]["prompt_tokens_details"]["cached_tokens"] for r in (a, b))
     assert cached[0] == 0 and cached[1] >= 256
+
+
+async def test_pd_logic_in_process(engine: Any) -> None:
+    """Prefill publishes the track; decode reads it (or, without a prefill node, recomputes);
+    both give the combined path's greedy tokens."""
+    from ray_kvmoq.engine.aio import AsyncEngine
+    from ray_kvmoq.kvcache.naming import chunk_hashes, prompt_id
+    from ray_kvmoq.serving.jobs import DoneEvent, Job, TokenEvent
+    from ray_kvmoq.serving.worker import ReplicaCore
+
+    core = ReplicaCore(AsyncEngine(engine), LocalKVPlane(), node_id="n1", kv_timeout_s=30)
+    tokens = engine.tokenizer.encode(DOC + " In short,")
+    job = Job(
+        request_id="pd",
+        tokens=tuple(tokens),
+        hashes=tuple(chunk_hashes(b"s", engine.model_name, tokens)),
+        prompt_id=prompt_id(b"s", tokens),
+        max_tokens=5,
+    )
+
+    async def run(gen: Any) -> tuple[list[int], DoneEvent]:
+        ids: list[int] = []
+        done = DoneEvent()
+        async for ev in gen:
+            if isinstance(ev, TokenEvent):
+                ids += ev.ids
+            elif isinstance(ev, DoneEvent):
+                done = ev
+        return ids, done
+
+    combined, _ = await run(core.generate(job))
+    pre = await core.prefill_kv(job, publish=True)
+    assert pre.kv.length == len(tokens)
+    pulled, done = await run(core.pull_and_decode(job, "n1"))
+    assert pulled == combined and not done.stats.fallbacks
+    assert done.stats.bytes_zero_copy > 0 and done.stats.bytes_moqt == 0
+    alone, done = await run(core.pull_and_decode(job, ""))
+    assert alone == combined and done.stats.fallbacks == ("prefill",)
