@@ -19,6 +19,7 @@ beyond a sequence's length are masked.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
 from collections import deque
@@ -180,7 +181,10 @@ class BatchScheduler:
 
     def _admit(self, seq: _Seq) -> StepOutput:
         eng = self.engine
-        res = eng.prefill(seq.prompt, seq.prefix_kv)
+        try:
+            res = eng.prefill(seq.prompt, seq.prefix_kv)
+        except Exception as exc:  # one bad request (e.g. a malformed KV) fails alone
+            return self._finish(seq, None, "error", f"{type(exc).__name__}: {exc}")
         seq.prefix_kv = None
         seq.num_cached = res.num_cached
         assert res.full_kv is not None
@@ -248,7 +252,9 @@ class BatchScheduler:
             )
         return self._finish(seq, token, reason)
 
-    def _finish(self, seq: _Seq, token: int | None, reason: str) -> StepOutput:
+    def _finish(
+        self, seq: _Seq, token: int | None, reason: str, error: str | None = None
+    ) -> StepOutput:
         delta = seq.text[seq.sent :]
         seq.sent = len(seq.text)
         with self._lock:
@@ -259,7 +265,8 @@ class BatchScheduler:
                 text=seq.text,
                 finish_reason=reason,
             )
-        return self._output(seq, token, delta, reason)
+        out = self._output(seq, token, delta, reason)
+        return out if error is None else dataclasses.replace(out, error=error)
 
     def _output(self, seq: _Seq, token: int | None, delta: str, reason: str | None) -> StepOutput:
         return StepOutput(

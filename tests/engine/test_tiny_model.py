@@ -150,6 +150,21 @@ def test_continuous_batching_matches_one_at_a_time(tiny_engine: Any) -> None:
     assert steps < sum(lengths)  # tokens of different requests shared forward steps
 
 
+def test_a_failing_admission_fails_only_its_request(tiny_engine: Any) -> None:
+    sched = BatchScheduler(tiny_engine, max_batch=4)
+    good = sched.add(_tokens(10, seed=1), SamplingParams(max_tokens=3, ignore_eos=True))
+    # right geometry and length, but values that cannot be read (a meta tensor has no data)
+    kv = tiny_engine.prefill(_tokens(12, seed=2)).kv
+    bad_kv = KVCache([torch.empty(kv.shape, device="meta")])
+    bad = sched.add(_tokens(12, seed=2), SamplingParams(max_tokens=3), prefix_kv=bad_kv)
+    outs = []
+    while sched.has_work:
+        outs += sched.step()
+    failed = [o for o in outs if o.request_id == bad]
+    assert len(failed) == 1 and failed[0].finish_reason == "error" and failed[0].error
+    assert sum(o.token_id is not None for o in outs if o.request_id == good) == 3
+
+
 def test_seeded_sampling_is_reproducible_and_batch_independent(tiny_engine: Any) -> None:
     p = _tokens(20, seed=7)
     sp = SamplingParams(
