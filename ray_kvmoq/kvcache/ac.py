@@ -296,9 +296,16 @@ class ACCodec(KVCodec):
         )
         n_l = geometry.num_layers
         fixed = HEADER_SIZE + 4 * n_l + 4 * lanes
-        for i, obj in enumerate(objects):
-            self._check_header(i, obj, want, fixed)
         sizes = np.fromiter(map(len, objects), np.int64, len(objects))
+        heads = np.frombuffer(b"".join(obj[:10] for obj in objects), np.uint8)
+        expected = np.frombuffer(want.pack()[:10], np.uint8)
+        if heads.size != 10 * len(objects) or (sizes < fixed).any():
+            bad = int(np.nonzero(sizes < fixed)[0][0])
+            self._check_header(bad, objects[bad], want, fixed)  # raises the specific error
+        mismatch = (heads.reshape(-1, 10) != expected).any(axis=1)
+        if mismatch.any():
+            bad = int(np.nonzero(mismatch)[0][0])
+            self._check_header(bad, objects[bad], want, fixed)
         head = np.frombuffer(b"".join(obj[HEADER_SIZE:fixed] for obj in objects), np.uint8).reshape(
             len(objects), -1
         )
@@ -343,3 +350,4 @@ class ACCodec(KVCodec):
             raise MalformedPayloadError(f"object {i} AC flags {got.flags:#x} unsupported")
         if len(obj) < fixed:
             raise TruncatedPayloadError(f"AC object {i} is shorter than its fixed part")
+        raise MalformedPayloadError(f"object {i} header is not a version-1 AC header")
