@@ -24,7 +24,12 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from .errors import GeometryMismatchError, MalformedPayloadError, UnknownCodecError
+from .errors import (
+    GeometryMismatchError,
+    InvalidInputError,
+    MalformedPayloadError,
+    UnknownCodecError,
+)
 from .layout import (
     FORMAT_VERSION,
     HEADER_SIZE,
@@ -167,6 +172,8 @@ class FP16Codec(_FixedCodec):
     def _encode_into(self, body: np.ndarray, kv: np.ndarray) -> None:
         tm, _ = token_major(kv)
         src = tm if tm.dtype == np.float16 else to_float16(to_float32(tm))
+        if ((src.view(np.uint16) & 0x7C00) == 0x7C00).any():
+            raise InvalidInputError("KV values overflow FP16 (or are not finite); use BF16")
         body.view(np.float16)[:] = src.reshape(len(tm), -1)
 
     def _decode_body(

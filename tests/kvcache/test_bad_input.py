@@ -176,3 +176,11 @@ def test_fixed_size_lengths_reported(small: np.ndarray) -> None:
     objs = _objs(b"Int8", small, b"")
     with pytest.raises(TruncatedPayloadError, match="object 1 has"):
         get_codec("Int8").decode_objects([objs[0], objs[1][:-1]], geo)
+
+
+def test_fp16_track_refuses_values_it_cannot_carry(small: np.ndarray) -> None:
+    big = small.copy()
+    big[0, 0, 0, 0, 0] = 1e6
+    with pytest.raises(InvalidInputError, match="FP16"):
+        get_codec("FP16").encode_chunk(big)
+    assert get_codec("BF16").encode_chunk(big)  # BF16 has the range
