@@ -3,13 +3,14 @@
 Speed: one 128-token chunk of real SmolLM2 KV (bf16 bits, as the engine hands it over) is
 encoded into 128 objects and decoded back to bf16, ``--repeat`` times; MB/s counts
 FP16-equivalent bytes (``T·L·2·H·D·2``) over the best wall time of the runs (the least
-disturbed one: this runs on shared 2-core machines); ``*_cpu_mb_s`` use process CPU time. AC's codebook is built once per
-track outside the timed region (it is carried once per track). Quality: the teacher-forcing
+disturbed one: this runs on shared 2-core machines); ``*_cpu_mb_s`` use process CPU time.
+AC's codebook is built once per track outside the timed region (it is carried once per track). Quality: the teacher-forcing
 protocol of ``ray_kvmoq.bench.quality`` on a float32 engine (512-token prefix of the shipped
 text, 256 continuation tokens). ``--synthetic`` skips the model for both (no quality columns).
 
 Progress goes to stderr; ``--json`` prints ``{"codecs": {NAME: {"encode_mb_s", "decode_mb_s",
-"bytes_per_token", "ratio_vs_fp16", "top1", ...}}, ...}`` with the seven track names as NAME.
+"bytes_per_token", "ratio_vs_fp16", "top1", "kl", "rel_l2_k_layers", ...}}, ...}`` with the
+seven track names as NAME (quality keys are null or absent with ``--synthetic``/``--no-quality``).
 """
 
 from __future__ import annotations
@@ -145,6 +146,8 @@ def codecs(
             rel_l2_k_worst=round(q.worst_rel_l2[0], 5),
             rel_l2_v_worst=round(q.worst_rel_l2[1], 5),
             track_bytes_per_token=round(q.bytes_per_token, 1),
+            rel_l2_k_layers=[round(v, 5) for v in q.rel_l2_k],
+            rel_l2_v_layers=[round(v, 5) for v in q.rel_l2_v],
         )
     for r in rows.values():
         r.setdefault("top1", None)
