@@ -10,8 +10,9 @@
   (``$RAY_KVMOQ_CACHE_DIR`` or ``platformdirs.user_cache_dir("ray_kvmoq")``); later loads read
   that in about a second.
 
-Cache invariants: a cache directory is valid only if its ``manifest.json`` names the same source
-file (path and size) and every listed file has the recorded size and sha256. It is written into
+Cache invariants: a cache directory is valid only if its ``manifest.json`` records the same
+source fingerprint (size and hashes of the file's ends, not its path: several virtualenvs share
+one user cache) and every listed file has the recorded size and sha256. It is written into
 a temporary sibling and renamed into place under an exclusive file lock, so a crashed or
 concurrent writer never leaves a half-written cache that passes the check; anything that fails
 the check is rebuilt.
@@ -269,12 +270,24 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _fingerprint(source: Path) -> str:
+    """Identity of a source file that does not depend on where it is installed (several venvs
+    share one user cache): its size and the sha256 of its first and last MiB."""
+    size = source.stat().st_size
+    h = hashlib.sha256(str(size).encode())
+    with source.open("rb") as f:
+        h.update(f.read(1 << 20))
+        f.seek(max(0, size - (1 << 20)))
+        h.update(f.read(1 << 20))
+    return h.hexdigest()
+
+
 def _cache_valid(d: Path, source: Path) -> bool:
     try:
         man = json.loads((d / "manifest.json").read_text())
-        if man.get("version") != _CACHE_VERSION or man.get("source") != str(source):
+        if man.get("version") != _CACHE_VERSION:
             return False
-        if man.get("source_size") != source.stat().st_size:
+        if man.get("source_fingerprint") != _fingerprint(source):
             return False
         for name, info in man["files"].items():
             f = d / name
@@ -317,10 +330,11 @@ def _write_cache(d: Path, source: Path, name: str) -> None:
         man = {
             "version": _CACHE_VERSION,
             "source": str(source),
-            "source_size": source.stat().st_size,
+            "source_fingerprint": _fingerprint(source),
             "files": files,
         }
         (tmp / "manifest.json").write_text(json.dumps(man, indent=1))
+        tmp.chmod(0o755)
         if d.exists():
             shutil.rmtree(d)
         tmp.rename(d)
