@@ -133,16 +133,9 @@ class PrefillServer(_EngineReplica):
     async def prefill(
         self, job: Job, routing: dict[str, Any] | None = None
     ) -> AsyncIterator[Event]:
-        """``StartedEvent`` at once, then a ``DoneEvent`` with the reuse stats."""
-        yield StartedEvent(node_id=self.core.node_id)
-        self.core.ongoing += 1
-        try:
-            out = await self.core.prefill_kv(job, publish=True)
-            yield DoneEvent(finish_reason="stop", stats=out.stats)
-        except Exception as exc:
-            yield DoneEvent(finish_reason="error", error=f"prefill failed: {exc}")
-        finally:
-            self.core.ongoing -= 1
+        """``StartedEvent`` once KV starts flowing, then a ``DoneEvent`` with the reuse stats."""
+        async for ev in self.core.prefill_stream(job):
+            yield ev
 
 
 @serve.deployment(name="DecodeServer", health_check_period_s=10)

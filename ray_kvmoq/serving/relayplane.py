@@ -31,6 +31,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from ray_kvmoq.kvcache.integrity import KV_DIGEST_EXTENSION, attach_digest, verify
 from ray_kvmoq.kvcache.layout import KVGeometry
 from ray_kvmoq.kvcache.registry import get_codec
+from ray_kvmoq.moqt.types import FetchErrorCode
 from ray_kvmoq.relay.actor import DIRECTORY_NAME, DirectoryActor, RelayActor, relay_name
 from ray_kvmoq.relay.cache import CachedObject
 from ray_kvmoq.relay.packed import unpack_group
@@ -285,9 +286,14 @@ def _out_dtype(track: bytes) -> Any:
 
 
 def _not_yet(exc: BaseException) -> bool:
-    """True for 'track/group not there yet' errors worth retrying while prefill runs."""
+    """True for 'track/group not there yet' errors worth retrying while prefill runs: the
+    relay's ``RelayError`` (re-raised through Ray) with MoQT's TRACK_DOES_NOT_EXIST or
+    NO_OBJECTS code (draft-14 §13.1.2, §13.1.5)."""
+    code = getattr(exc, "error_code", None)
+    if code in (FetchErrorCode.TRACK_DOES_NOT_EXIST, FetchErrorCode.NO_OBJECTS):
+        return True
     text = str(exc).lower()
-    return "not found" in text or "does not exist" in text or "no such" in text
+    return code is None and ("not found" in text or "not available" in text)
 
 
 def _reason(exc: BaseException) -> str:

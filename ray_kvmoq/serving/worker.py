@@ -38,7 +38,7 @@ from ray_kvmoq.engine.sampling import SamplingParams
 from ray_kvmoq.kvcache.naming import kv_namespace
 
 from .costmodel import CostFigures, load_figures, plan_prefix, reusable_chunks
-from .jobs import DoneEvent, Event, Job, KVStats, TokenEvent
+from .jobs import DoneEvent, Event, Job, KVStats, StartedEvent, TokenEvent
 from .kvplane import KVPlane, Namespace
 
 
@@ -74,6 +74,7 @@ class ReplicaCore:
         self.ongoing = 0
         """Requests in progress on this replica (reported to the router)."""
         self._inflight: dict[bytes, asyncio.Event] = {}
+        self._first_published: dict[Namespace, asyncio.Event] = {}
 
     # ---- naming ------------------------------------------------------------------------------
 
@@ -175,7 +176,34 @@ class ReplicaCore:
                 await self.kv.publish(ns, g, arr, h)
         except Exception:
             return False
+        waiter = self._first_published.pop(ns, None)
+        if waiter is not None:
+            waiter.set()
         return True
+
+    async def prefill_stream(self, job: Job) -> AsyncIterator[Event]:
+        """PD prefill as events: :class:`StartedEvent` once the first group of the prompt's
+        track is on this node's relay (so decode's clock for "late" starts when data can
+        flow, not while this request waits behind others), then the :class:`DoneEvent`."""
+        ns = self.namespace(job)
+        first = self._first_published[ns] = asyncio.Event()
+        self.ongoing += 1
+        task = asyncio.create_task(self.prefill_kv(job, publish=True))
+        try:
+            waiter = asyncio.create_task(first.wait())
+            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            yield StartedEvent(node_id=self.node_id)
+            try:
+                out = await task
+                yield DoneEvent(finish_reason="stop", stats=out.stats)
+            except Exception as exc:
+                yield DoneEvent(finish_reason="error", error=f"prefill failed: {exc}")
+        finally:
+            self._first_published.pop(ns, None)
+            if not task.done():
+                task.cancel()
+            self.ongoing -= 1
 
     async def _fetch_prefix(self, job: Job, stats: KVStats) -> tuple[KVCache | None, KVStats]:
         limit = reusable_chunks(len(job.tokens), self.chunk)

@@ -219,8 +219,9 @@ async def test_pd_logic_in_process(engine: Any) -> None:
         return ids, done
 
     combined, _ = await run(core.generate(job))
-    pre = await core.prefill_kv(job, publish=True)
-    assert pre.kv.length == len(tokens)
+    events = [ev async for ev in core.prefill_stream(job)]
+    assert [type(e).__name__ for e in events] == ["StartedEvent", "DoneEvent"]
+    assert events[0].node_id == "n1" and events[1].finish_reason == "stop"
     pulled, done = await run(core.pull_and_decode(job, "n1"))
     assert pulled == combined and not done.stats.fallbacks
     assert done.stats.bytes_zero_copy > 0 and done.stats.bytes_moqt == 0
