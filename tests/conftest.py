@@ -37,6 +37,9 @@ def ray_cluster() -> Iterator[RayTestCluster]:
     from ray.cluster_utils import Cluster
 
     temp_dir = tempfile.mkdtemp(prefix="rkq", dir="/tmp")  # short: unix socket paths ≤ 107 bytes
+    # Cluster.add_node writes /tmp/ray/ray_current_cluster even with a private temp dir, and fails
+    # on a fresh machine where /tmp/ray does not exist yet.
+    os.makedirs("/tmp/ray", exist_ok=True)
     store = 200 << 20
     cluster = Cluster(
         initialize_head=True,
