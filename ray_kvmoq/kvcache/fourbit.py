@@ -86,11 +86,10 @@ class Int4Codec(_FixedCodec):
         scale16 = _f16_up((mx - mn32) / np.float32(15))
         s32 = scale16.astype(np.float32)
         inv = np.divide(np.float32(1), s32, out=np.zeros_like(s32), where=s32 > 0)
-        y = xg - mn32[:, None]
-        y *= inv[:, None]
-        np.clip(y, 0, 15, out=y)
-        q = np.empty(y.shape, np.uint8)
-        np.rint(y, out=q, casting="unsafe")
+        with one_thread():  # torch broadcasts per-row scalars over short rows ~2x faster
+            y = (t - torch.from_numpy(mn32)[:, None]).mul_(torch.from_numpy(inv)[:, None])
+            # minv rounds to fp16 and the scale may round: clamp keeps q in 0..15
+            q = y.clamp_(0, 15).round_().to(torch.uint8).numpy()
         ng = xg.shape[0] // n_t
         section(body, 0, ng, "<f2")[:] = scale16.reshape(n_t, ng)
         section(body, 2 * ng, ng, "<f2")[:] = mn16.reshape(n_t, ng)
@@ -166,7 +165,9 @@ class FP4Codec(_FixedCodec):
         inv4 = np.divide(np.float32(4), eff, out=np.zeros_like(eff), where=eff > 0)
         # trunc(4·y) as int8 (|4y| ≤ 36: block scales round to within 1.5x of block amax / 6),
         # then one table maps it, sign included, to the E2M1 code
-        quarters = (xg * inv4[:, None]).astype(np.int8)
+        with one_thread():  # float → int8 truncates toward zero, as astype does
+            y4 = torch.from_numpy(xg) * torch.from_numpy(inv4)[:, None]
+            quarters = y4.to(torch.int8).numpy()
         code = np.take(_E2M1_OF_QUARTERS_I8, quarters.view(np.uint8))
         section(body, 0, 2 * n_l, "<f4")[:] = gscale.reshape(n_t, 2 * n_l)
         nb = per_lkv.size // n_t
