@@ -89,11 +89,13 @@ class Tokenizer:
 
     # ------------------------------------------------------------------ text <-> ids
     def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
-        """Token ids of ``text``; with ``add_special_tokens`` a BOS is prepended if the model
-        wants one. Special-token text such as ``<|im_start|>`` maps to its single id."""
-        ids: list[int] = self.backend.encode(text, add_special_tokens=False).ids
-        if add_special_tokens and self.add_bos and self.bos_token_id is not None:
-            ids = [self.bos_token_id, *ids]
+        """Token ids of ``text``; with ``add_special_tokens`` the tokenizer's post-processor runs
+        (e.g. Llama 3's BOS) and a BOS is prepended if ``add_bos`` asks for one. Special-token
+        text such as ``<|im_start|>`` maps to its single id."""
+        ids: list[int] = self.backend.encode(text, add_special_tokens=add_special_tokens).ids
+        bos = self.bos_token_id
+        if add_special_tokens and self.add_bos and bos is not None and ids[:1] != [bos]:
+            ids = [bos, *ids]
         return ids
 
     def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:

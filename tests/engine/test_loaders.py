@@ -153,3 +153,34 @@ def test_missing_weights_and_paths_are_named(
     (tmp_path / "empty" / "config.json").write_text("{not json")
     with pytest.raises(ModelLoadError, match="not valid JSON"):
         load_engine(str(tmp_path / "empty"), dtype="float32")
+
+
+def test_tokenizer_post_processor_bos_matches_transformers(
+    tiny_dirs: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """A Llama-3-style tokenizer.json adds BOS in its post-processor, not via add_bos_token."""
+    import shutil
+
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import processors
+    from transformers import AutoTokenizer
+
+    from ray_kvmoq.engine import Tokenizer
+
+    d = tmp_path / "bos"
+    shutil.copytree(tiny_dirs("llama"), d)
+    tk = HFTokenizer.from_file(str(d / "tokenizer.json"))
+    tk.post_processor = processors.TemplateProcessing(
+        single="<|endoftext|> $A", special_tokens=[("<|endoftext|>", 256)]
+    )
+    tk.save(str(d / "tokenizer.json"))
+    cfg = json.loads((d / "tokenizer_config.json").read_text())
+    cfg["bos_token"] = "<|endoftext|>"
+    (d / "tokenizer_config.json").write_text(json.dumps(cfg))
+    ours = Tokenizer.from_dir(d)
+    hf = AutoTokenizer.from_pretrained(str(d))
+    for text in ("hello", "<|im_start|>user\nhi<|im_end|>"):
+        assert ours.encode(text) == hf.encode(text) and ours.encode(text)[0] == 256
+        assert ours.encode(text, add_special_tokens=False) == hf.encode(
+            text, add_special_tokens=False
+        )
