@@ -183,3 +183,21 @@ def test_encoding_never_modifies_the_input(name: bytes) -> None:
         cb = build_codebook(kv) if codec.needs_codebook else None
         codec.encode_chunk(kv, codebook=cb)
         assert np.array_equal(kv, before)
+
+
+@pytest.mark.parametrize(
+    ("name", "param"), [(b"FP8", 1), (b"Int8", 1), (b"Int4", 16), (b"Int4", 64)]
+)
+def test_decoder_follows_the_header_param(
+    name: bytes, param: int, kv: np.ndarray, geo: KVGeometry
+) -> None:
+    """Per-head scales (FP8/Int8 param 1) and other Int4 group sizes decode with the stock codec."""
+    stock = get_codec(name)
+    variant = type("Variant", (type(stock),), {"default_param": param})()
+    objs = variant.encode_chunk(kv)
+    assert parse_header(objs[0]).param == param
+    assert len(objs[0]) == variant.object_size(geo) != stock.object_size(geo)
+    out = stock.decode_objects(objs, geo)
+    k_bound, v_bound = REL_L2[name]
+    slack = 1.6 if param > 32 else 1.0  # coarser groups, larger error
+    assert _rel(out, kv, 0) < k_bound * slack and _rel(out, kv, 1) < v_bound * slack
