@@ -102,6 +102,9 @@ class KVPlane(abc.ABC):
         caller compares what it got with what it asked for.
         """
 
+    async def end_track(self, namespace: Namespace, last_group: int) -> None:  # noqa: B027
+        """Mark a track complete after ``last_group`` (optional: live readers finish early)."""
+
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources (subscriptions, sessions)."""
 

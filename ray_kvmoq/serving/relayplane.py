@@ -18,6 +18,7 @@ Never a blocking ``ray.get`` in ``async def``: every actor call is awaited.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import OrderedDict
@@ -26,13 +27,12 @@ from typing import Any
 
 import numpy as np
 import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ray_kvmoq.kvcache.integrity import KV_DIGEST_EXTENSION, attach_digest, verify
 from ray_kvmoq.kvcache.layout import KVGeometry
 from ray_kvmoq.kvcache.registry import get_codec
 from ray_kvmoq.moqt.types import FetchErrorCode
-from ray_kvmoq.relay.actor import DIRECTORY_NAME, DirectoryActor, RelayActor, relay_name
+from ray_kvmoq.relay.actor import relay_name, start_relays
 from ray_kvmoq.relay.cache import CachedObject
 from ray_kvmoq.relay.packed import unpack_group
 
@@ -44,7 +44,6 @@ RAY_NAMESPACE = "kvmoq"
 """Ray namespace of the relays and the directory, whichever driver deployed the app (Serve
 replicas otherwise create named actors in the deploying job's random namespace, where
 ``kvmoq inspect`` and a second app could not find them)."""
-_RETRY_S = 0.05
 _MAX_TRACKED = 65536
 
 
@@ -200,33 +199,51 @@ class RelayKVPlane(KVPlane):
         if chunk_hash is not None:
             self._remember(chunk_hash)
 
+    async def end_track(self, namespace: Namespace, last_group: int) -> None:
+        """Mark the prompt's track complete (live subscribers then finish)."""
+        try:
+            await self.relay.end_track.remote(namespace, self.track_name, last_group)
+        except Exception as exc:
+            await self._on_error(exc)
+
     async def track(
         self, namespace: Namespace, n_groups: int, *, source_node: str | None, timeout_s: float
     ) -> AsyncIterator[tuple[int, np.ndarray]]:
-        """Groups 0..n-1 of a live track, each read through this node's relay as it seals.
+        """Groups 0..n-1 of a live track, in order, from one subscription on this node's relay
+        (which subscribes upstream once over MoQT if the track lives on another node).
 
-        The track may not exist yet (prefill has not sealed group 0): keep asking until
-        ``timeout_s``. Each later group must arrive within ``timeout_s`` of the previous one.
+        The track may not exist yet: the relay waits up to ``timeout_s`` for it. Each group
+        must arrive within ``timeout_s`` of the previous one; groups may complete out of
+        order, so they are buffered and handed out in order. Ends quietly when late.
         """
-        for g in range(n_groups):
-            deadline = time.monotonic() + timeout_s
-            while True:
+        gen = self.relay.subscribe_groups.remote(namespace, self.track_name, 0, wait_s=timeout_s)
+        it = gen.__aiter__()
+        buffered: dict[int, np.ndarray] = {}
+        nxt = 0
+        try:
+            while nxt < n_groups:
                 try:
-                    arr, _ = await asyncio.wait_for(
-                        self._read_group(namespace, self.track_name, g),
-                        max(0.01, deadline - time.monotonic()),
-                    )
-                    break
-                except TimeoutError:
+                    ref = await asyncio.wait_for(it.__anext__(), timeout_s)
+                    item = await ref
+                except (StopAsyncIteration, TimeoutError):
                     return
                 except Exception as exc:
-                    if not _not_yet(exc):
-                        await self._on_error(exc)
-                        raise
-                    if time.monotonic() >= deadline:
-                        return  # not there in time: the caller recomputes
-                    await asyncio.sleep(_RETRY_S)
-            yield g, arr
+                    if _not_yet(exc):
+                        return  # never appeared: the caller recomputes
+                    await self._on_error(exc)
+                    raise
+                if "ref" not in item:  # end of track
+                    return
+                g = int(item["group_id"])
+                if nxt <= g < n_groups and g not in buffered:
+                    buffered[g], _ = await self._decode_packed(await item["ref"])
+                while nxt in buffered:
+                    yield nxt, buffered.pop(nxt)
+                    nxt += 1
+        finally:
+            if nxt < n_groups:
+                with contextlib.suppress(Exception):
+                    ray.cancel(gen)
 
     # ---- internals ---------------------------------------------------------------------------
 
@@ -234,15 +251,16 @@ class RelayKVPlane(KVPlane):
         self, namespace: Namespace, track: bytes, group: int
     ) -> tuple[np.ndarray, int]:
         ref = await self.relay.get_group_ref.remote(namespace, track, group)
-        packed = await ref
-        objects = unpack_group(packed)
+        return await self._decode_packed(await ref)
+
+    async def _decode_packed(self, packed: Any) -> tuple[np.ndarray, int]:
+        """Verify every object's digest, then decode the group into one chunk array."""
         payloads = []
-        for o in objects:
+        for o in unpack_group(packed):
             verify(o.payload, [(t, v) for t, v in o.extensions if t == KV_DIGEST_EXTENSION])
             payloads.append(bytes(o.payload))
         nbytes = sum(len(p) for p in payloads)
-        first = payloads[0] if payloads else b""
-        geo = _geometry(first)
+        geo = _geometry(payloads[0] if payloads else b"")
         arr = await asyncio.to_thread(
             self.codec.decode_objects, payloads, geo, dtype=_out_dtype(self.track_name)
         )
@@ -258,21 +276,12 @@ class RelayKVPlane(KVPlane):
 def start_node_relay(node_id: str, budget_bytes: int, timeout_s: float = 60.0) -> Any:
     """Find or start the relay of ``node_id`` (and the directory) in :data:`RAY_NAMESPACE`.
 
-    Synchronous (call it from a replica's constructor or a worker thread). Mirrors
-    ``relay.actor.start_relays``, which has no namespace parameter.
+    Synchronous (call it from a replica's constructor or a worker thread).
     """
-    directory = DirectoryActor.options(  # type: ignore[attr-defined]
-        name=DIRECTORY_NAME, namespace=RAY_NAMESPACE, get_if_exists=True, num_cpus=0
-    ).remote()
-    relay = RelayActor.options(  # type: ignore[attr-defined]
-        name=relay_name(node_id),
-        namespace=RAY_NAMESPACE,
-        get_if_exists=True,
-        num_cpus=0,
-        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-    ).remote(budget_bytes=budget_bytes, directory=directory)
-    ray.get(relay.start.remote(), timeout=timeout_s)
-    return relay
+    handles = start_relays(
+        node_ids=[node_id], budget_bytes=budget_bytes, namespace=RAY_NAMESPACE, timeout_s=timeout_s
+    )
+    return handles[node_id]
 
 
 def _geometry(payload: bytes) -> KVGeometry:

@@ -164,6 +164,8 @@ class ReplicaCore:
                     stats = stats.merged(KVStats(fallbacks=("publish",)))
                 self._release(h, claimed)
         assert done is not None  # a prompt has at least one token
+        if publish and full:
+            await self.kv.end_track(ns, (len(tokens) - 1) // self.chunk)
         return PrefillOutcome(kv=done, stats=stats)
 
     async def _publish(

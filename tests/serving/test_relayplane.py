@@ -78,6 +78,7 @@ async def test_live_track_is_read_while_it_grows(planes: tuple[Any, Any]) -> Non
     for g, c in enumerate(chunks):
         await asyncio.sleep(0.2)
         await pa.publish(ns, g, c, None)
+    await pa.end_track(ns, 2)
     got = await asyncio.wait_for(reader, 60)
     assert len(got) == 3 and all(np.array_equal(a, b) for a, b in zip(got, chunks, strict=True))
 
