@@ -146,10 +146,14 @@ class DecodeServer(_EngineReplica):
         self.core = _make_core(conf, "decode")
 
     async def decode(
-        self, job: Job, kv_node: str, routing: dict[str, Any] | None = None
+        self,
+        job: Job,
+        kv_node: str,
+        reused_groups: int = 0,
+        routing: dict[str, Any] | None = None,
     ) -> AsyncIterator[Event]:
         """Stream the job's tokens (recomputing whatever KV could not be had)."""
-        async for ev in self.core.pull_and_decode(job, kv_node):
+        async for ev in self.core.pull_and_decode(job, kv_node, reused_groups):
             yield ev
 
 
@@ -191,9 +195,11 @@ class PDBackend(Backend):
         If no prefill replica can start the job, decode computes the whole prompt itself.
         """
         pgen = self._p.remote(job, routing=hint.to_dict())
+        reused = 0
         try:
             first = await pgen.__anext__()
             kv_node = first.node_id if isinstance(first, StartedEvent) else ""
+            reused = first.reused_groups if isinstance(first, StartedEvent) else 0
         except Exception:
             kv_node = ""
         dhint = RoutingHint(
@@ -201,7 +207,7 @@ class PDBackend(Backend):
         )
         ptask = asyncio.create_task(_prefill_rest(pgen) if kv_node else _no_prefill())
         try:
-            async for ev in self._d.remote(job, kv_node, routing=dhint.to_dict()):
+            async for ev in self._d.remote(job, kv_node, reused, routing=dhint.to_dict()):
                 if isinstance(ev, DoneEvent):
                     pre = await ptask
                     # Reuse counts come from prefill; transfers and fallbacks from both.

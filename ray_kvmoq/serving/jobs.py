@@ -91,6 +91,9 @@ class StartedEvent:
 
     node_id: str
     """Node whose relay will hold the prompt's KV track."""
+    reused_groups: int = 0
+    """Leading groups prefill reused from earlier prompts (found by chunk hash, not
+    re-published under this prompt's track); the track holds groups from here on."""
 
 
 @dataclass(frozen=True, kw_only=True)

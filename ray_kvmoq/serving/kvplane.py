@@ -94,9 +94,15 @@ class KVPlane(abc.ABC):
 
     @abc.abstractmethod
     def track(
-        self, namespace: Namespace, n_groups: int, *, source_node: str | None, timeout_s: float
+        self,
+        namespace: Namespace,
+        n_groups: int,
+        *,
+        source_node: str | None,
+        timeout_s: float,
+        start_group: int = 0,
     ) -> AsyncIterator[tuple[int, np.ndarray]]:
-        """Groups ``0..n_groups-1`` of a (possibly still growing) track, in order.
+        """Groups ``start_group..n_groups-1`` of a (possibly still growing) track, in order.
 
         Stops early (without raising) when a group does not arrive within ``timeout_s``; the
         caller compares what it got with what it asked for.
@@ -189,10 +195,16 @@ class LocalKVPlane(KVPlane):
         self._evict()
 
     async def track(
-        self, namespace: Namespace, n_groups: int, *, source_node: str | None, timeout_s: float
+        self,
+        namespace: Namespace,
+        n_groups: int,
+        *,
+        source_node: str | None,
+        timeout_s: float,
+        start_group: int = 0,
     ) -> AsyncIterator[tuple[int, np.ndarray]]:
         """Groups of a track published in this process, waiting for live ones."""
-        for g in range(n_groups):
+        for g in range(start_group, n_groups):
             key = (namespace, g)
             if key not in self._groups:
                 try:

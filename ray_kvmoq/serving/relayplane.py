@@ -207,7 +207,13 @@ class RelayKVPlane(KVPlane):
             await self._on_error(exc)
 
     async def track(
-        self, namespace: Namespace, n_groups: int, *, source_node: str | None, timeout_s: float
+        self,
+        namespace: Namespace,
+        n_groups: int,
+        *,
+        source_node: str | None,
+        timeout_s: float,
+        start_group: int = 0,
     ) -> AsyncIterator[tuple[int, np.ndarray]]:
         """Groups 0..n-1 of a live track, in order, from one subscription on this node's relay
         (which subscribes upstream once over MoQT if the track lives on another node).
@@ -216,10 +222,12 @@ class RelayKVPlane(KVPlane):
         must arrive within ``timeout_s`` of the previous one; groups may complete out of
         order, so they are buffered and handed out in order. Ends quietly when late.
         """
-        gen = self.relay.subscribe_groups.remote(namespace, self.track_name, 0, wait_s=timeout_s)
+        gen = self.relay.subscribe_groups.remote(
+            namespace, self.track_name, start_group, wait_s=timeout_s
+        )
         it = gen.__aiter__()
         buffered: dict[int, np.ndarray] = {}
-        nxt = 0
+        nxt = start_group
         try:
             while nxt < n_groups:
                 try:

@@ -75,6 +75,7 @@ class ReplicaCore:
         """Requests in progress on this replica (reported to the router)."""
         self._inflight: dict[bytes, asyncio.Event] = {}
         self._first_published: dict[Namespace, asyncio.Event] = {}
+        self._reused_groups: dict[Namespace, int] = {}
 
     # ---- naming ------------------------------------------------------------------------------
 
@@ -97,8 +98,8 @@ class ReplicaCore:
     ) -> PrefillOutcome:
         """Run prefill for ``job`` (see the module docstring); publish groups if ``publish``.
 
-        ``full_track``: also publish the reused leading groups under this prompt's track (PD
-        decode reads one track); combined mode needs only the newly computed groups.
+        ``full_track``: end the prompt's track after its last group (PD decode follows it live;
+        reused leading groups stay where they are and are read by chunk hash).
         """
         mine: list[bytes] = []
         try:
@@ -142,10 +143,10 @@ class ReplicaCore:
             if prefix is not None:
                 for got in job.hashes[: len(prefix.tensors())]:
                     self._release(got, claimed)
-            if prefix is not None and publish and full:
-                # Decode reads this prompt's own track: re-publish the reused groups under it.
-                for g, arr in enumerate(prefix.chunks()):
-                    publish = publish and await self._publish(ns, g, [arr], job.hashes[g])
+            if prefix is not None:
+                # Decode reads the reused groups where they already are (by chunk hash) and
+                # this prompt's track only from here on: nothing is re-published.
+                self._reused_groups[ns] = len(prefix.tensors())
         start = prefix.length if prefix is not None else 0
         parts = [prefix] if prefix is not None else []
         done = prefix
@@ -195,7 +196,7 @@ class ReplicaCore:
             waiter = asyncio.create_task(first.wait())
             await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
             waiter.cancel()
-            yield StartedEvent(node_id=self.node_id)
+            yield StartedEvent(node_id=self.node_id, reused_groups=self._reused_groups.pop(ns, 0))
             try:
                 out = await task
                 yield DoneEvent(finish_reason="stop", stats=out.stats)
@@ -203,6 +204,7 @@ class ReplicaCore:
                 yield DoneEvent(finish_reason="error", error=f"prefill failed: {exc}")
         finally:
             self._first_published.pop(ns, None)
+            self._reused_groups.pop(ns, None)
             if not task.done():
                 task.cancel()
             self.ongoing -= 1
@@ -290,8 +292,12 @@ class ReplicaCore:
             await stream.aclose()
         yield DoneEvent(finish_reason=reason, error=error)
 
-    async def pull_kv(self, job: Job, kv_node: str) -> tuple[KVCache | None, KVStats]:
-        """The prompt's KV from its (possibly live) track on ``kv_node``, through this node.
+    async def pull_kv(
+        self, job: Job, kv_node: str, reused_groups: int = 0
+    ) -> tuple[KVCache | None, KVStats]:
+        """The prompt's KV through this node's relay: its first ``reused_groups`` groups by
+        chunk hash (wherever earlier prompts left them), the rest from the prompt's own
+        (possibly live) track on ``kv_node``.
 
         Returns the leading groups that arrived in time (None if none did); what is missing
         is recomputed by decode, and the reason is in the stats' ``fallbacks``.
@@ -299,24 +305,34 @@ class ReplicaCore:
         n_groups = -(-len(job.tokens) // self.chunk)
         got: list[np.ndarray] = []
         fallbacks: tuple[str, ...] = ()
-        nbytes = 0
-        try:
-            async for g, arr in self.kv.track(
-                self.namespace(job), n_groups, source_node=kv_node, timeout_s=self.kv_timeout_s
-            ):
-                if g != len(got):
-                    break
-                got.append(arr)
-                nbytes += arr.nbytes
-        except Exception as exc:  # relay gone, session reset, corrupt payload: recompute
-            fallbacks = (_reason(exc),)
+        zero_copy = moqt = 0
+        if reused_groups:
+            pre = await self.kv.fetch_prefix(job.hashes, reused_groups, timeout_s=self.kv_timeout_s)
+            got, zero_copy, moqt = list(pre.chunks), pre.bytes_zero_copy, pre.bytes_moqt
+            fallbacks = tuple(pre.fallbacks)
+        remote = kv_node != self.node_id
+        if len(got) == reused_groups:
+            try:
+                async for g, arr in self.kv.track(
+                    self.namespace(job),
+                    n_groups,
+                    source_node=kv_node,
+                    timeout_s=self.kv_timeout_s,
+                    start_group=reused_groups,
+                ):
+                    if g != len(got):
+                        break
+                    got.append(arr)
+                    moqt += arr.nbytes if remote else 0
+                    zero_copy += 0 if remote else arr.nbytes
+            except Exception as exc:  # relay gone, session reset, corrupt payload: recompute
+                fallbacks += (_reason(exc),)
         valid = self._valid(got, short_last=len(got) == n_groups)
         if len(valid) < n_groups and not fallbacks:
             fallbacks = ("timeout",) if len(got) == len(valid) else ("shape",)
-        remote = kv_node != self.node_id
         stats = KVStats(
-            bytes_moqt=nbytes if remote else 0,
-            bytes_zero_copy=0 if remote else nbytes,
+            bytes_moqt=moqt,
+            bytes_zero_copy=zero_copy,
             fallbacks=fallbacks,
             decode_node=self.node_id,
         )
@@ -324,12 +340,14 @@ class ReplicaCore:
             return None, stats
         return KVCache.from_chunks(valid, chunk_size=self.chunk), stats
 
-    async def pull_and_decode(self, job: Job, kv_node: str) -> AsyncIterator[Event]:
+    async def pull_and_decode(
+        self, job: Job, kv_node: str, reused_groups: int = 0
+    ) -> AsyncIterator[Event]:
         """PD decode: pull the prompt's KV through this node's relay, then generate."""
         self.ongoing += 1
         try:
             if kv_node:
-                kv, stats = await self.pull_kv(job, kv_node)
+                kv, stats = await self.pull_kv(job, kv_node, reused_groups)
             else:  # prefill could not start: compute the whole prompt here
                 kv, stats = None, KVStats(fallbacks=("prefill",), decode_node=self.node_id)
             async for ev in self.decode_tokens(job, kv):

@@ -222,7 +222,9 @@ async def test_pd_logic_in_process(engine: Any) -> None:
     events = [ev async for ev in core.prefill_stream(job)]
     assert [type(e).__name__ for e in events] == ["StartedEvent", "DoneEvent"]
     assert events[0].node_id == "n1" and events[1].finish_reason == "stop"
-    pulled, done = await run(core.pull_and_decode(job, "n1"))
+    reused = events[0].reused_groups
+    assert reused == len(tokens) // 128  # the combined run left every full chunk behind
+    pulled, done = await run(core.pull_and_decode(job, "n1", reused))
     assert pulled == combined and not done.stats.fallbacks
     assert done.stats.bytes_zero_copy > 0 and done.stats.bytes_moqt == 0
     alone, done = await run(core.pull_and_decode(job, ""))
