@@ -16,7 +16,11 @@ of chunks 0..k-1 with the same shapes, whether that KV was just computed or fetc
 tracks are lossless for a bf16/fp16 engine), so greedy outputs with and without reuse agree.
 
 Decode (:meth:`ReplicaCore.decode_tokens`): hand the prompt and its whole KV to the engine, which
-recomputes only the last prompt token and then generates; tokens stream out as they come. Engine
+recomputes only the last prompt token and then generates; tokens stream out as they come. In PD
+mode (:meth:`ReplicaCore.pull_kv`) decode gets that KV through its own node's relay: the groups
+prefill reused by chunk hash from wherever earlier prompts left them (often already on the
+decode node: the relays act as a cache), and the newly computed groups by following the
+prompt's live track, which prefill ends after its last group. Engine
 calls run in worker threads (the engine serialises forward passes with its own lock), so the
 replica's event loop keeps serving other requests and routing-stats polls.
 """
