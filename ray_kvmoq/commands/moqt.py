@@ -232,7 +232,7 @@ def _run(coro: object) -> None:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
     except (ConnectionError, TimeoutError) as exc:
         raise click.ClickException(
-            f"could not reach the peer ({exc or type(exc).__name__}); check the URL, and "
+            f"could not reach the peer ({str(exc) or type(exc).__name__}); check the URL, and "
             "--tls-disable-verify for self-signed relays"
         ) from None
 

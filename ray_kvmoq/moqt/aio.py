@@ -636,7 +636,15 @@ async def connect_quic(
         protocol.on_event = on_event
     try:
         protocol.connect(cast(NetworkAddress, addr))
-        await asyncio.wait_for(protocol.wait_connected(), connect_timeout)
+        try:
+            await asyncio.wait_for(protocol.wait_connected(), connect_timeout)
+        except BaseException:
+            # aioquic shields its handshake waiter, so a timeout leaves it pending; closing the
+            # connection then fails it with an exception nobody would ever retrieve.
+            waiter = protocol._connected_waiter
+            if waiter is not None:
+                waiter.add_done_callback(lambda f: f.cancelled() or f.exception())
+            raise
         yield protocol
     finally:
         if not protocol.is_closed:
