@@ -160,6 +160,12 @@ def _print_table(r: dict[str, Any]) -> None:
 @click.option("--threads", default=None, type=int, help="torch threads (default: torch's).")
 @click.option("--repeats", default=3, show_default=True, help="Runs per measurement (best kept).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option(
+    "--save-costs/--no-save-costs",
+    default=True,
+    show_default=True,
+    help="Record prefill s/token and KV bytes/token for the serving router's cost model.",
+)
 def engine(
     model: str | None,
     dtype: str,
@@ -167,6 +173,7 @@ def engine(
     threads: int | None,
     repeats: int,
     as_json: bool,
+    save_costs: bool,
 ) -> None:
     """Model load time, prefill tok/s (512, 2048), decode tok/s (batch 1, 8), and the MB/s a
     KV fetch must reach, per compression, to beat recomputing the prefill."""
@@ -178,8 +185,25 @@ def engine(
         result = run_bench(model, dtype, device, threads, repeats)
     except EngineError as exc:
         raise click.ClickException(str(exc)) from exc
+    if save_costs:
+        _save_costs(result)
     if as_json:
         click.echo(json.dumps(result))
     else:
         _print_table(result)
     sys.stdout.flush()
+
+
+def _save_costs(result: dict[str, Any]) -> None:
+    """Feed the router's cost model (``serving.costmodel``) with what was just measured."""
+    from ray_kvmoq.serving.costmodel import record_measurement
+
+    lossless = result["break_even"].get("BF16") or result["break_even"]["FP16"]
+    path = record_measurement(
+        "engine",
+        {
+            "prefill_s_per_token": 1.0 / result["prefill_tok_s_2048"],
+            "kv_bytes_per_token": lossless["bytes_per_token"],
+        },
+    )
+    click.echo(f"cost figures recorded in {path}", err=True)

@@ -365,6 +365,12 @@ def _groups_for(object_size: int, megabytes: int) -> int:
 @click.option("--raw-only", is_flag=True, help="Only raw QUIC and TCP rows (no MoQT stack).")
 @click.option("--only", "only", help="Run only rows whose name contains this text (and tcp).")
 @click.option("--repeat", default=1, show_default=True, help="Runs per row; the median counts.")
+@click.option(
+    "--save-costs/--no-save-costs",
+    default=True,
+    show_default=True,
+    help="Record the ≤9000 B MoQT rate as the serving router's transfer cost.",
+)
 def transport(
     as_json: bool,
     mb: int,
@@ -373,6 +379,7 @@ def transport(
     raw_only: bool,
     only: str | None,
     repeat: int,
+    save_costs: bool,
 ) -> None:
     """Throughput of MoQT/QUIC vs plain TCP between two processes on loopback."""
     rows: list[Variant] = [] if raw_only else list(MOQT_ROWS)
@@ -401,6 +408,14 @@ def transport(
                 }
             )
     summary = _summary(results)
+    if save_costs and summary["moqt_mb_s_9000"] > 0:
+        from ray_kvmoq.serving.costmodel import record_measurement
+
+        # A cluster link carries ≤9000 B datagrams: that row, not the loopback best, prices a pull.
+        path = record_measurement(
+            "transport", {"moqt_s_per_byte": 1.0 / (summary["moqt_mb_s_9000"] * 1e6)}
+        )
+        click.echo(f"cost figures recorded in {path}", err=True)
     if as_json:
         click.echo(json.dumps({**summary, "rows": results}))
         return

@@ -31,8 +31,11 @@ def test_chat_answers_with_builtin_model() -> None:
     assert "Paris" in obj["text"] and obj["model"] == "SmolLM2-135M-Instruct"
 
 
-def test_bench_engine_json_on_tiny_model(tmp_path: Path) -> None:
+def test_bench_engine_json_on_tiny_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.engine.conftest import make_tiny_checkpoint
+
+    costs = tmp_path / "costs.json"
+    monkeypatch.setenv("KVMOQ_COSTS", str(costs))
 
     d = make_tiny_checkpoint(
         tmp_path / "tiny", "llama", max_position_embeddings=4096, hidden_size=128
@@ -54,3 +57,10 @@ def test_bench_engine_json_on_tiny_model(tmp_path: Path) -> None:
     # tiny geometry L=2, H=2, D=32: FP16 = 12-byte header + 2*2*2*32 values * 2 bytes
     assert table["FP16"]["bytes_per_token"] == 12 + 2 * 2 * 2 * 32 * 2
     assert table["AC"]["bytes_per_token"] < table["Int8"]["bytes_per_token"]
+    # the serving router prices recompute and KV size with what this bench measured
+    from ray_kvmoq.serving.costmodel import load_figures
+
+    figures = load_figures(costs)
+    assert figures.source == str(costs)
+    assert figures.prefill_s_per_token == pytest.approx(1 / obj["prefill_tok_s_2048"])
+    assert figures.kv_bytes_per_token == table["BF16"]["bytes_per_token"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+from pathlib import Path
 
 import pytest
 from aioquic.quic import events
@@ -137,9 +138,14 @@ async def test_drain_fails_when_connection_dies() -> None:
         listener.close()
 
 
-def test_bench_transport_json_smoke() -> None:
+def test_bench_transport_json_smoke(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``kvmoq bench transport --json`` runs both processes per row and reports the keys."""
     import json
+
+    from ray_kvmoq.serving.costmodel import load_figures
+
+    costs = tmp_path / "costs.json"
+    monkeypatch.setenv("KVMOQ_COSTS", str(costs))
 
     from click.testing import CliRunner
 
@@ -151,3 +157,7 @@ def test_bench_transport_json_smoke() -> None:
     for key in ("moqt_mb_s", "moqt_mb_s_9000", "tcp_mb_s", "ratio"):
         assert report[key] > 0, report
     assert {r["path"] for r in report["rows"]} == {"moqt", "tcp"}
+    # the router's transfer cost is the ≤9000 B rate just measured
+    assert load_figures(costs).moqt_s_per_byte == pytest.approx(
+        1 / (report["moqt_mb_s_9000"] * 1e6)
+    )
