@@ -58,7 +58,9 @@ def _make_plane(conf: dict[str, Any]) -> KVPlane:
         from .relayplane import RelayKVPlane
 
         return RelayKVPlane.for_this_node(
-            codec=_codec(conf), budget_bytes=int(conf.get("relay_budget_mb", 1024)) << 20
+            codec=_codec(conf),
+            budget_bytes=int(conf.get("relay_budget_mb", 1024)) << 20,
+            datagram_size=int(conf.get("relay_datagram_size", 1452)),
         )
     return LocalKVPlane(budget_bytes=int(conf.get("relay_budget_mb", 1024)) << 20)
 

@@ -54,11 +54,18 @@ class RelayKVPlane(KVPlane):
     shared_across_processes = True
 
     def __init__(
-        self, relay: Any, node_id: str, *, codec: str = "BF16", budget_bytes: int = 1 << 30
+        self,
+        relay: Any,
+        node_id: str,
+        *,
+        codec: str = "BF16",
+        budget_bytes: int = 1 << 30,
+        datagram_size: int = 1452,
     ) -> None:
         self._relay = relay
         self.node_id = node_id
         self.budget_bytes = budget_bytes
+        self.datagram_size = datagram_size
         self._revive_after = 0.0
         self.codec = get_codec(codec)
         self.track_name = self.codec.track_name
@@ -67,12 +74,16 @@ class RelayKVPlane(KVPlane):
         self._held: OrderedDict[bytes, None] = OrderedDict()
 
     @classmethod
-    def for_this_node(cls, *, codec: str = "BF16", budget_bytes: int = 1 << 30) -> KVPlane:
+    def for_this_node(
+        cls, *, codec: str = "BF16", budget_bytes: int = 1 << 30, datagram_size: int = 1452
+    ) -> KVPlane:
         """Find or start this node's relay (and the directory); a local plane if that fails."""
         node_id = str(ray.get_runtime_context().get_node_id())
         try:
-            relay = start_node_relay(node_id, budget_bytes)
-            return cls(relay, node_id, codec=codec, budget_bytes=budget_bytes)
+            relay = start_node_relay(node_id, budget_bytes, datagram_size=datagram_size)
+            return cls(
+                relay, node_id, codec=codec, budget_bytes=budget_bytes, datagram_size=datagram_size
+            )
         except Exception as exc:  # no relay: keep serving, reuse stays within this process
             log.warning("relay on node %s unavailable (%s); using process-local KV", node_id, exc)
             return LocalKVPlane(budget_bytes=budget_bytes)
@@ -89,7 +100,9 @@ class RelayKVPlane(KVPlane):
             return False
         self._revive_after = now + 5.0
         try:
-            self._relay = await asyncio.to_thread(start_node_relay, self.node_id, self.budget_bytes)
+            self._relay = await asyncio.to_thread(
+                start_node_relay, self.node_id, self.budget_bytes, datagram_size=self.datagram_size
+            )
         except Exception as exc:
             log.warning("cannot restart the relay on %s: %s", self.node_id, exc)
             return False
@@ -281,13 +294,22 @@ class RelayKVPlane(KVPlane):
             self._held.popitem(last=False)
 
 
-def start_node_relay(node_id: str, budget_bytes: int, timeout_s: float = 60.0) -> Any:
+def start_node_relay(
+    node_id: str, budget_bytes: int, timeout_s: float = 60.0, *, datagram_size: int = 1452
+) -> Any:
     """Find or start the relay of ``node_id`` (and the directory) in :data:`RAY_NAMESPACE`.
 
-    Synchronous (call it from a replica's constructor or a worker thread).
+    ``datagram_size`` is the QUIC datagram size the relay uses towards its peers; above 1452
+    (jumbo-frame links, loopback) aioquic's pacer is switched off as well. A relay that already
+    runs keeps its settings. Synchronous (call it from a replica's constructor or a thread).
     """
+    transport = {"max_datagram_size": datagram_size, "pacing": datagram_size <= 1452}
     handles = start_relays(
-        node_ids=[node_id], budget_bytes=budget_bytes, namespace=RAY_NAMESPACE, timeout_s=timeout_s
+        node_ids=[node_id],
+        budget_bytes=budget_bytes,
+        namespace=RAY_NAMESPACE,
+        timeout_s=timeout_s,
+        network={"transport_options": transport},
     )
     return handles[node_id]
 
