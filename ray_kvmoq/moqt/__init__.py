@@ -5,9 +5,9 @@ Layers, bottom up: the stateless codec (:mod:`.types`, :mod:`.wire`, :mod:`.mess
 the one aioquic-facing module (:mod:`.aio`: QUIC endpoints, TLS, the fast path), and the asyncio
 application API (:mod:`.api`, :mod:`.tracks`). :mod:`.certs` makes self-signed TLS material.
 
-The names below are the package's public surface: the codec's (engineer A's modules) and the
-session/API's. They are imported lazily, so importing the
-codec alone (``ray_kvmoq.moqt.types``) never pulls in asyncio or aioquic.
+The names below are the package's public surface: the codec's and the session/API's. They are
+imported lazily, so importing the codec alone (``ray_kvmoq.moqt.types``) never pulls in asyncio
+or aioquic.
 """
 
 from __future__ import annotations
