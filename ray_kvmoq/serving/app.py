@@ -17,6 +17,8 @@ Modes:
 # No "from __future__ import annotations": Ray reads the builder's parameter annotation at
 # run time to validate `args` into AppArgs (a string annotation would be skipped).
 
+import os
+import secrets
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -83,7 +85,9 @@ class AppArgs(BaseModel):
     api_keys: dict[str, str] = Field(default_factory=dict)
     """API key → tenant name (empty: no authentication, one ``public`` tenant)."""
     tenant_secret: str | None = None
-    """Secret that tenant salts derive from (default: ``$KVMOQ_TENANT_SECRET`` or a fixed one)."""
+    """Secret that tenant salts derive from (default: ``$KVMOQ_TENANT_SECRET``, else a random
+    one per deployment, so KV names can never be predicted from token ids across deployments;
+    set it to keep prefix reuse across redeploys)."""
     default_max_tokens: int = Field(default=256, ge=1)
     """Chat completions without a token limit."""
     routing_stats_period_s: float = Field(default=1.0, gt=0)
@@ -126,6 +130,13 @@ def _options(r: ReplicaArgs) -> dict[str, Any]:
     return opts
 
 
+def with_tenant_secret(conf: dict[str, Any]) -> dict[str, Any]:
+    """``conf`` with a tenant secret: its own, ``$KVMOQ_TENANT_SECRET``, else a fresh random one
+    (made once per build, so every replica of the deployment derives the same salts)."""
+    secret = conf.get("tenant_secret") or os.environ.get("KVMOQ_TENANT_SECRET")
+    return {**conf, "tenant_secret": secret or secrets.token_hex(32)}
+
+
 def build(args: AppArgs) -> Application:
     """The serving application for ``args`` (see the module docstring)."""
     if not isinstance(args, AppArgs):  # called directly with a dict
@@ -137,7 +148,7 @@ def build(args: AppArgs) -> Application:
     LLMServer: Any = d.LLMServer
     PrefillServer: Any = d.PrefillServer
     DecodeServer: Any = d.DecodeServer
-    conf = args.model_dump()
+    conf = with_tenant_secret(args.model_dump())
     ingress = Ingress.options(**_options(args.ingress))
     if args.mode == "combined":
         server = LLMServer.options(

@@ -261,7 +261,9 @@ class Ingress:
         self._conf = conf
         self._info_handle = server
         backend: Backend = CombinedBackend(server) if decode is None else PDBackend(server, decode)
-        secret = conf.get("tenant_secret") or os.environ.get("KVMOQ_TENANT_SECRET", "kvmoq")
+        secret = conf.get("tenant_secret") or os.environ.get("KVMOQ_TENANT_SECRET")
+        if not secret:  # build() always sets one; every ingress replica must derive the same salts
+            raise ValueError("no tenant_secret: deploy with ray_kvmoq.serving.app:build")
         self._core = IngressCore(
             tokenizer=load_tokenizer(conf.get("model")),
             backend=backend,
