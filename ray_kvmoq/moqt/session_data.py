@@ -37,8 +37,10 @@ from .data import (
     SubgroupHeaderParsed,
     encode_fetch_header,
     encode_fetch_object,
+    encode_fetch_object_header,
     encode_subgroup_header,
     encode_subgroup_object,
+    encode_subgroup_object_header,
 )
 from .data_datagram import ObjectDatagram, decode_datagram, encode_datagram
 from .errors import LocalProtocolError, ProtocolViolation
@@ -65,6 +67,10 @@ OutgoingFetchObject = tuple[int, int, int, bytes] | tuple[int, int, int, bytes, 
 ``(group, subgroup, object_id, payload[, extensions])``."""
 
 _CANCELLED_MAX = 4096
+_INLINE_PAYLOAD_MAX = 16 << 10
+"""Payloads up to this size are copied next to their header (one transport write); larger ones
+go to the transport as they are, after their header, so aioquic's send buffer holds their only
+copy (a 4 MiB object was copied twice before reaching it)."""
 
 
 @dataclass(slots=True)
@@ -146,7 +152,7 @@ class DataMixin(SessionCore):
         self,
         stream_id: int,
         object_id: int,
-        payload: bytes = b"",
+        payload: bytes | memoryview = b"",
         *,
         extensions: KeyValuePairs = (),
         status: ObjectStatus = ObjectStatus.NORMAL,
@@ -155,6 +161,19 @@ class DataMixin(SessionCore):
         """Append one object to a subgroup stream (``end_stream``: FIN right after it)."""
         st = self._writable(stream_id, fetch=False)
         if st is None:
+            return
+        if len(payload) > _INLINE_PAYLOAD_MAX:
+            header = encode_subgroup_object_header(
+                st.last_object_id,
+                object_id,
+                len(payload),
+                extensions=extensions,
+                with_ext=st.with_ext,
+                status=status,
+            )
+            st.last_object_id = object_id
+            self._quic.send_stream_data(stream_id, header)
+            self._write(stream_id, st, payload, end_stream)
             return
         buf = bytearray()
         encode_subgroup_object(
@@ -225,7 +244,7 @@ class DataMixin(SessionCore):
         group: int,
         subgroup: int,
         object_id: int,
-        payload: bytes = b"",
+        payload: bytes | memoryview = b"",
         priority: int = 128,
         extensions: KeyValuePairs = (),
         status: ObjectStatus = ObjectStatus.NORMAL,
@@ -234,6 +253,19 @@ class DataMixin(SessionCore):
         """Append one object to a fetch stream (objects in group order, ascending ids)."""
         st = self._writable(stream_id, fetch=True)
         if st is None:
+            return
+        if len(payload) > _INLINE_PAYLOAD_MAX:
+            header = encode_fetch_object_header(
+                group=group,
+                subgroup=subgroup,
+                object_id=object_id,
+                publisher_priority=priority,
+                payload_len=len(payload),
+                extensions=extensions,
+                status=status,
+            )
+            self._quic.send_stream_data(stream_id, header)
+            self._write(stream_id, st, payload, end_stream)
             return
         buf = bytearray()
         encode_fetch_object(
@@ -327,8 +359,10 @@ class DataMixin(SessionCore):
         self._session.apply(SessionInput.SEND_DATA)
         return st
 
-    def _write(self, stream_id: int, st: _SendStream, data: bytes | bytearray, fin: bool) -> None:
-        # aioquic copies the data into its send buffer, so a bytearray is fine (no extra copy).
+    def _write(
+        self, stream_id: int, st: _SendStream, data: bytes | bytearray | memoryview, fin: bool
+    ) -> None:
+        # aioquic copies the data into its send buffer, so a bytearray or a view is fine.
         self._quic.send_stream_data(stream_id, data, end_stream=fin)  # type: ignore[arg-type]
         if fin:
             self._stream_sent_fin(stream_id, st)

@@ -24,7 +24,7 @@ import os
 import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -218,11 +218,16 @@ def object_to_cache(obj: api.MoqtObject) -> CachedObject:
 
 
 def object_to_wire(group: int, obj: CachedObject) -> api.MoqtObject:
-    """A cached object as the session writes it (payload copied out of the store view)."""
+    """A cached object as the session writes it.
+
+    The payload stays a view of the cached buffer (sealed groups are never written to, and a
+    view keeps its buffer alive): the session's write copies it once, into aioquic's send
+    buffer, instead of a ``bytes()`` copy first (4 MiB groups: a third of the sender's time).
+    """
     return api.MoqtObject(
         group=group,
         object_id=obj.object_id,
-        payload=bytes(obj.payload),
+        payload=cast(bytes, obj.payload),
         subgroup=obj.subgroup_id,
         priority=obj.priority,
         extensions=obj.extensions,

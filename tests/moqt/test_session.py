@@ -1162,3 +1162,30 @@ def test_cancel_namespace_answers_pending_announcements_with_error() -> None:
     h.pump()
     assert h.client.last(PublishNamespaceRejected).request_id == r3
     assert len(h.client.of_type(PublishNamespaceCancelled)) == 1
+
+
+@pytest.mark.parametrize("size", [16 << 10, (16 << 10) + 1, 300_000])
+def test_large_payload_views_are_written_after_their_header(size: int) -> None:
+    """Payloads over the inline limit go to QUIC on their own (no concatenation copy), also as
+    read-only views; the bytes on the wire are the same either way."""
+    h = Harness()
+    c, s = h.client.session, h.server.session
+    big = memoryview(bytes(range(256)) * (size // 256 + 1))[:size]
+    rid, _ = subscribed(h)
+    sid = s.open_subgroup(rid, 1, with_extensions=True)
+    s.write_object(sid, 0, big, extensions=((0x20, 5),))
+    s.write_object(sid, 2, b"tail", end_stream=True)
+    frid = c.fetch(NS, TRACK, start=Location(0, 0), end=Location(1, 0))
+    h.pump()
+    fsid = s.open_fetch_stream(frid)
+    s.accept_fetch(frid, end=Location(1, 0))
+    s.write_fetch_object(fsid, group=0, subgroup=0, object_id=7, payload=big)
+    s.write_fetch_object(fsid, group=0, subgroup=0, object_id=8, payload=b"x", end_stream=True)
+    h.pump()
+    got = [(o.group, o.object_id, o.payload, o.extensions) for o in objects(h)]
+    assert got == [
+        (1, 0, bytes(big), ((0x20, 5),)),
+        (1, 2, b"tail", ()),
+        (0, 7, bytes(big), ()),
+        (0, 8, b"x", ()),
+    ]
