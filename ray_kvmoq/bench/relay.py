@@ -143,7 +143,7 @@ class _Ctx:
         ray.get(self.rel_a.flush_directory.remote(), timeout=60)
 
 
-def _setup(groups: int, group_mb: int, datagram: int) -> _Ctx:
+def _setup(groups: int, group_mb: int, datagram: int, pacing: bool) -> _Ctx:
     import ray
 
     from ray_kvmoq.relay.actor import RelayActor, get_directory
@@ -155,7 +155,7 @@ def _setup(groups: int, group_mb: int, datagram: int) -> _Ctx:
     node_a, node_b = alive[0]["NodeID"], alive[1]["NodeID"]
     net = {
         "security": ClusterSecurity.generate(),
-        "transport_options": {"max_datagram_size": datagram},
+        "transport_options": {"max_datagram_size": datagram, "pacing": pacing},
     }
     budget = 4 * groups * group_mb << 20
     relays = [
@@ -230,7 +230,12 @@ def _zero_copy(ctx: _Ctx) -> dict[str, Any]:
 
 
 def _run(
-    subscribers: int, group_mb: int, groups: int, address: str | None, datagram: int
+    subscribers: int,
+    group_mb: int,
+    groups: int,
+    address: str | None,
+    datagram: int,
+    pacing: bool = True,
 ) -> dict[str, Any]:
     import ray
 
@@ -244,7 +249,7 @@ def _run(
         )
     ctx: _Ctx | None = None
     try:
-        ctx = _setup(groups, group_mb, datagram)
+        ctx = _setup(groups, group_mb, datagram, pacing)
         return {**_fanout(ctx, subscribers), **_pull(ctx), **_zero_copy(ctx)}
     finally:
         for a in ctx.actors if ctx is not None else []:
@@ -281,13 +286,26 @@ def _run(
     type=click.IntRange(1200, 65527),
     help="QUIC datagram size between relays (loopback allows up to 65527).",
 )
+@click.option(
+    "--pacing/--no-pacing",
+    default=True,
+    show_default=True,
+    help="QUIC packet pacing between relays (the relays' default is on).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object to stdout.")
 def relay(
-    subscribers: int, group_mb: int, groups: int, address: str | None, datagram: int, as_json: bool
+    subscribers: int,
+    group_mb: int,
+    groups: int,
+    address: str | None,
+    datagram: int,
+    pacing: bool,
+    as_json: bool,
 ) -> None:
     """Relay fan-out, cross-node pull over MoQT vs ray.get, same-node zero-copy reads."""
-    res = _run(subscribers, group_mb, groups, address, datagram)
+    res = _run(subscribers, group_mb, groups, address, datagram, pacing)
     res["datagram"] = datagram
+    res["pacing"] = pacing
     if as_json:
         click.echo(json.dumps(res))
         return

@@ -48,6 +48,7 @@ async def _run(
     key: str | None,
     verifier: TokenVerifier | None,
     ready_file: str | None,
+    transport: dict[str, object],
 ) -> None:
     from ray_kvmoq.relay.network import serve_plain_relay
 
@@ -57,7 +58,13 @@ async def _run(
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
     async with serve_plain_relay(
-        host, port, budget_bytes=budget, certfile=cert, keyfile=key, verifier=verifier
+        host,
+        port,
+        budget_bytes=budget,
+        certfile=cert,
+        keyfile=key,
+        verifier=verifier,
+        transport_options=transport,
     ) as (relay, bound):
         click.echo(
             f"kvmoq relay listening on moqt://{host}:{bound} (draft-14, ALPN moq-00)", err=True
@@ -100,6 +107,21 @@ async def _run(
     help="Require signed tokens (ray_kvmoq.relay.auth) verified with this HMAC key; repeat to rotate.",
 )
 @click.option(
+    "--datagram",
+    default=1452,
+    show_default=True,
+    type=click.IntRange(1200, 65527),
+    help="QUIC datagram size (bounded by each peer's limit). 1452 fits any 1500-MTU path; "
+    "use 9000 on jumbo-frame networks.",
+)
+@click.option(
+    "--pacing/--no-pacing",
+    default=True,
+    show_default=True,
+    help="Pace packets at cwnd/RTT. --no-pacing: only the congestion window limits bursts "
+    "(a dedicated LAN; keep it only if `kvmoq bench relay --no-pacing` is faster there).",
+)
+@click.option(
     "--ready-file",
     type=click.Path(dir_okay=False),
     help="Write the bound port here once listening (scripts, tests).",
@@ -110,6 +132,8 @@ def relay(
     cert: str | None,
     key: str | None,
     auth_keys: tuple[str, ...],
+    datagram: int,
+    pacing: bool,
     ready_file: str | None,
 ) -> None:
     """Run a caching MoQT relay outside Ray.
@@ -129,7 +153,8 @@ def relay(
         paths = write_pem_files(self_signed(), tempfile.mkdtemp(prefix="kvmoq-relay-"))
         cert, key = str(paths.certfile), str(paths.keyfile)
     try:
-        asyncio.run(_run(host, port, budget_mb << 20, cert, key, verifier, ready_file))
+        transport: dict[str, object] = {"max_datagram_size": datagram, "pacing": pacing}
+        asyncio.run(_run(host, port, budget_mb << 20, cert, key, verifier, ready_file, transport))
     except OSError as exc:
         click.echo(f"kvmoq relay: cannot listen on {listen}: {exc}; pick another port", err=True)
         sys.exit(1)

@@ -52,6 +52,22 @@ subscriber may see group k+1 before group k: use ``group_id``, not arrival order
 API is trusted (same-node actors); tenant tokens apply to MoQT sessions.
 
 Outside Ray, ``kvmoq relay --listen HOST:PORT`` runs the same relay as a plain MoQT relay.
+
+Transport between relays: QUIC with 1,452-byte datagrams and pacing on by default, which is
+safe on any 1500-MTU network but slow (every packet costs the same Python work in aioquic, so
+throughput scales with the datagram size). Clusters whose relays talk over jumbo frames should
+use 9,000-byte datagrams, and may turn pacing off on a dedicated LAN (the congestion window
+still bounds what is in flight)::
+
+    start_relays(..., network={"transport_options": {"max_datagram_size": 9000,
+                                                     "pacing": False}})
+    kvmoq relay --datagram 9000 --no-pacing
+
+``transport_options`` takes any :class:`~ray_kvmoq.moqt.aio.TransportConfig` field. A peer's
+smaller ``max_udp_payload_size`` still bounds the size, but nothing discovers the path MTU: a
+datagram larger than it is lost, so never set more than the network carries. Measure with
+``kvmoq bench relay --datagram 9000 [--no-pacing]`` before keeping pacing off: on one 2-core
+loopback host it was slower (ACKs, not the pacer's timer, clock the sender there).
 """
 
 from .auth import TokenSigner, TokenVerifier

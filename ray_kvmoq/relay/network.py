@@ -415,8 +415,13 @@ async def serve_plain_relay(
     certfile: str | None = None,
     keyfile: str | None = None,
     verifier: TokenVerifier | None = None,
+    transport_options: dict[str, Any] | None = None,
 ) -> AsyncIterator[tuple[Relay, int]]:
-    """A standalone relay (no Ray, no directory): yields (relay, bound port)."""
+    """A standalone relay (no Ray, no directory): yields (relay, bound port).
+
+    ``transport_options``: :class:`~ray_kvmoq.moqt.aio.TransportConfig` fields, e.g.
+    ``{"max_datagram_size": 9000, "pacing": False}`` on a jumbo-frame LAN.
+    """
     net = RelayNetwork(
         host=host,
         port=port,
@@ -424,6 +429,7 @@ async def serve_plain_relay(
         certfile=certfile,
         keyfile=keyfile,
         idle_timeout_s=30.0,
+        transport_options=transport_options,
     )
     relay = Relay(node_id="plain", cache=RelayCache(budget_bytes))
     bound = await net.start(relay)

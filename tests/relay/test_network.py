@@ -174,3 +174,30 @@ async def test_relays_sharing_a_secret_trust_each_other_and_strangers_do_not() -
             await n.close()
     with pytest.raises(ValueError):
         ClusterSecurity.from_secret(b"short")
+
+
+@pytest.mark.parametrize(
+    ("options", "largest"), [(None, 1452), ({"max_datagram_size": 9000}, 9000)]
+)
+async def test_plain_relay_transport_options_set_its_datagram_size(
+    options: dict[str, Any] | None, largest: int
+) -> None:
+    from ray_kvmoq.relay.cache import CachedObject
+
+    big = TransportConfig(verify_peer=False, max_datagram_size=60000)
+    async with serve_plain_relay("127.0.0.1", 0, transport_options=options) as (relay, port):
+        await relay.publish_group(NS, TR, 0, [CachedObject(object_id=0, payload=b"d" * 300_000)])
+        async with api.connect(f"moqt://127.0.0.1:{port}", transport=big, timeout=5) as c:
+            quic = c.protocol.quic
+            sizes: list[int] = []
+            receive = quic.receive_datagram
+
+            def spy(data: bytes, addr: Any, now: float) -> None:
+                sizes.append(len(data))
+                receive(data, addr, now)
+
+            quic.receive_datagram = spy  # type: ignore[method-assign]
+            stream = await c.fetch(NS, TR, start=Location(0, 0), end=Location(0, 0))
+            got = [o.payload async for o in stream]
+    assert got == [b"d" * 300_000]
+    assert max(sizes) == largest
