@@ -305,23 +305,17 @@ class SessionCore:
             rec.machine.apply(SubscriberSubInput.STREAMS_COMPLETE)
             self._drop_subscriber(rec)
 
-    # Hooks implemented by the data-plane mixin (declared here so every mixin sees them).
+    # Hooks the data-plane mixin (session_data.DataMixin) defines; declared here, as typed
+    # attributes, so every control-plane mixin can call them and mypy checks the calls.
 
-    def _alias_known(self, alias: int, out: list[MoqtEvent]) -> None:
-        """A track alias became known: replay data streams parked for it."""
-        raise NotImplementedError
-
-    def _cancel_publisher_streams(self, rec: PublisherRecord) -> None:
-        """Reset every open subgroup stream of a subscription we publish."""
-        raise NotImplementedError
-
-    def _stop_data_stream(self, stream_id: int) -> None:
-        """STOP_SENDING a data stream we receive and drop whatever else arrives on it."""
-        raise NotImplementedError
-
-    def _reset_data_stream_quietly(self, stream_id: int, error_code: int) -> None:
-        """RESET a data stream we send; later writes to it are dropped silently."""
-        raise NotImplementedError
+    _alias_known: Callable[[int, list[MoqtEvent]], None]
+    """A track alias became known: replay data streams parked for it."""
+    _cancel_publisher_streams: Callable[[PublisherRecord], None]
+    """Reset every open subgroup stream of a subscription we publish."""
+    _stop_data_stream: Callable[[int], None]
+    """STOP_SENDING a data stream we receive and drop whatever else arrives on it."""
+    _reset_data_stream_quietly: Callable[[int, int], None]
+    """RESET a data stream we send; later writes to it are dropped silently."""
 
     # ---------------------------------------------------------------- request ids
 
