@@ -60,17 +60,28 @@ def _validity(days: int) -> tuple[datetime.datetime, datetime.datetime]:
     return now - datetime.timedelta(minutes=5), now + datetime.timedelta(days=days)
 
 
-def generate_ca(common_name: str = "ray_kvmoq test CA", *, days: int = 30) -> CertificateAuthority:
-    """Create a fresh self-signed CA."""
-    key = ec.generate_private_key(ec.SECP256R1())
+def generate_ca(
+    common_name: str = "ray_kvmoq test CA",
+    *,
+    days: int = 30,
+    key: ec.EllipticCurvePrivateKey | None = None,
+    serial: int | None = None,
+    validity: tuple[datetime.datetime, datetime.datetime] | None = None,
+) -> CertificateAuthority:
+    """Create a self-signed CA: a fresh key, serial and ``days`` of validity by default.
+
+    ``key``, ``serial`` and ``validity`` (not before, not after) pin them instead, so every node
+    that derives them from one cluster secret makes the same CA (relay ``ClusterSecurity``).
+    """
+    key = key or ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    not_before, not_after = _validity(days)
+    not_before, not_after = validity or _validity(days)
     cert = (
         x509.CertificateBuilder()
         .subject_name(name)
         .issuer_name(name)
         .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
+        .serial_number(serial if serial is not None else x509.random_serial_number())
         .not_valid_before(not_before)
         .not_valid_after(not_after)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)

@@ -26,11 +26,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, cast
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from cryptography.x509.oid import NameOID
 
 from ray_kvmoq.moqt import api
 from ray_kvmoq.moqt.aio import TransportConfig
@@ -120,13 +118,10 @@ class ClusterSecurity:
         key = ec.derive_private_key(scalar, ec.SECP256R1())
         serial = int.from_bytes(_hkdf(secret, b"kvmoq ca serial", 16), "big") >> 1
         kid = _hkdf(secret, b"kvmoq token kid", 4).hex()
+        ca = generate_ca("ray_kvmoq cluster CA", key=key, serial=serial, validity=_CA_VALIDITY)
         return cls(
-            ca_cert_pem=_ca_cert(key, serial),
-            ca_key_pem=key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            ),
+            ca_cert_pem=ca.cert_pem,
+            ca_key_pem=ca.key_pem,
             keys={kid: _hkdf(secret, b"kvmoq token key", 32)},
             signing_key_id=kid,
             token_ttl_s=token_ttl_s,
@@ -157,39 +152,15 @@ class ClusterSecurity:
 
 
 _P256_ORDER = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
+# Fixed, so the CA derived from one secret is the same on every node and at every restart.
+_CA_VALIDITY = (
+    datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC),
+    datetime.datetime(2100, 1, 1, tzinfo=datetime.UTC),
+)
 
 
 def _hkdf(secret: bytes, label: bytes, length: int) -> bytes:
     return HKDF(algorithm=hashes.SHA256(), length=length, salt=None, info=label).derive(secret)
-
-
-def _ca_cert(key: ec.EllipticCurvePrivateKey, serial: int) -> bytes:
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "ray_kvmoq cluster CA")])
-    usage = x509.KeyUsage(
-        digital_signature=True,
-        content_commitment=False,
-        key_encipherment=False,
-        data_encipherment=False,
-        key_agreement=False,
-        key_cert_sign=True,
-        crl_sign=True,
-        encipher_only=False,
-        decipher_only=False,
-    )
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(serial)
-        .not_valid_before(datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC))
-        .not_valid_after(datetime.datetime(2100, 1, 1, tzinfo=datetime.UTC))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(usage, critical=True)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    return cert.public_bytes(serialization.Encoding.PEM)
 
 
 def use_value(token: bytes) -> AuthToken:
