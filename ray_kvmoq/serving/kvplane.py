@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import itertools
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Reversible, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,11 @@ Namespace = tuple[bytes, ...]
 def short_hash(h: bytes) -> str:
     """The hex prefix of a chunk hash used in routing stats and routing hints."""
     return h.hex()[:16]
+
+
+def newest_short_hashes(hashes: Reversible[bytes], limit: int) -> list[str]:
+    """:func:`short_hash` of the last ``limit`` of ``hashes`` (oldest first), newest first."""
+    return [short_hash(h) for h in itertools.islice(reversed(hashes), limit)]
 
 
 @dataclass(kw_only=True)
@@ -130,12 +136,7 @@ class LocalKVPlane(KVPlane):
 
     def held_hashes(self, limit: int) -> list[str]:
         """Short hashes of held chunks, most recently used first."""
-        out = []
-        for h in reversed(self._by_hash):
-            out.append(short_hash(h))
-            if len(out) >= limit:
-                break
-        return out
+        return newest_short_hashes(self._by_hash, limit)
 
     async def snapshot(self) -> dict[str, Any]:
         """Tracks (namespace → groups held) and totals of this process's store."""

@@ -36,7 +36,7 @@ from ray_kvmoq.relay.actor import relay_name, start_relays
 from ray_kvmoq.relay.cache import CachedObject
 from ray_kvmoq.relay.packed import unpack_group
 
-from .kvplane import FetchResult, KVPlane, LocalKVPlane, Namespace, short_hash
+from .kvplane import FetchResult, KVPlane, LocalKVPlane, Namespace, newest_short_hashes
 
 log = logging.getLogger(__name__)
 
@@ -117,12 +117,7 @@ class RelayKVPlane(KVPlane):
 
     def held_hashes(self, limit: int) -> list[str]:
         """Short hashes this replica put on (or pulled to) its node, newest first."""
-        out = []
-        for h in reversed(self._held):
-            out.append(short_hash(h))
-            if len(out) >= limit:
-                break
-        return out
+        return newest_short_hashes(self._held, limit)
 
     async def snapshot(self) -> dict[str, Any]:
         """The relay's counters plus this replica's view."""
