@@ -1,0 +1,222 @@
+"""The way from a vLLM process to its node's relay and the cluster's KV directory.
+
+vLLM runs the connector in its own processes (the scheduler in ``EngineCore``, the workers in
+their processes). Those are not Ray workers unless vLLM's Ray executor made them, so the
+bridge joins the Ray cluster itself on first use (``ray.init`` with the node's IP, so a process
+on node N attaches to N's raylet and reads N's object store zero-copy) and finds — or starts —
+the node's ``RelayActor`` by name in the relays' Ray namespace. Inside a Ray worker it reuses
+the existing connection.
+
+Everything here is synchronous and bounded by a timeout: the scheduler polls a lookup with
+:meth:`RelayBridge.poll_lookup` (never blocking the engine loop), the worker's loader and
+publisher threads call :meth:`get_group` and :meth:`publish_group`. A relay that died is looked up
+again (the relays restart; see ``ray_kvmoq.relay.actor``) on the next call.
+
+Environment (set by the serving layer for the engine processes it starts):
+``KVMOQ_NODE_IP`` (the Ray node's IP; needed when several Ray nodes share one machine) and
+``RAY_ADDRESS``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ray_kvmoq.relay.actor import relay_name, start_relays
+from ray_kvmoq.relay.cache import CachedObject
+from ray_kvmoq.relay.directory import Location
+from ray_kvmoq.relay.packed import unpack_group
+
+from .config import ConnectorConfig
+
+__all__ = ["BridgeError", "RelayBridge"]
+
+_NOT_YET = {0x4, 0x6}
+"""MoQT request error codes meaning "not there (yet)": TRACK_DOES_NOT_EXIST, NO_OBJECTS
+(draft-14 §13.1.2, §13.1.5)."""
+
+log = logging.getLogger(__name__)
+
+Namespace = tuple[bytes, ...]
+
+
+class BridgeError(RuntimeError):
+    """The node relay could not be reached (no Ray, no relay, timeout)."""
+
+
+class RelayBridge:
+    """This process's handle on its node relay (see the module docstring)."""
+
+    def __init__(self, conf: ConnectorConfig) -> None:
+        self.conf = conf
+        self._lock = threading.Lock()
+        self._relay: Any = None
+        self.node_id: str = ""
+
+    # ---- connection ------------------------------------------------------------------------
+
+    def relay(self) -> Any:
+        """The node relay's actor handle (joining Ray and starting the relay if needed)."""
+        with self._lock:
+            if self._relay is None:
+                self._relay = self._connect()
+            return self._relay
+
+    def forget_relay(self) -> None:
+        """Drop the cached handle (the relay died); the next call looks it up again."""
+        with self._lock:
+            self._relay = None
+
+    def _connect(self) -> Any:
+        import ray
+
+        if not ray.is_initialized():
+            kwargs: dict[str, Any] = {}
+            ip = os.environ.get("KVMOQ_NODE_IP")
+            if ip:
+                kwargs["_node_ip_address"] = ip
+            ray.init(
+                address=self.conf.address(),
+                namespace=self.conf.ray_namespace,
+                log_to_driver=False,
+                configure_logging=False,
+                **kwargs,
+            )
+        self.node_id = str(ray.get_runtime_context().get_node_id())
+        name = relay_name(self.node_id)
+        try:
+            return ray.get_actor(name, namespace=self.conf.ray_namespace)
+        except ValueError:
+            pass
+        log.info("no KV relay on node %s yet: starting one", self.node_id)
+        handles = start_relays(
+            node_ids=[self.node_id],
+            budget_bytes=self.conf.relay_budget_mb << 20,
+            namespace=self.conf.ray_namespace,
+            network={"transport_options": {"max_datagram_size": self.conf.relay_datagram_size}},
+        )
+        return handles[self.node_id]
+
+    def _call(
+        self, method: str, *args: Any, timeout_s: float, relay_timeout_s: float | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """``relay.method(*args, **kwargs)``, waited for at most ``timeout_s``; a
+        ``relay_timeout_s`` is passed on as the method's own ``timeout_s``."""
+        import ray
+
+        if relay_timeout_s is not None:
+            kwargs["timeout_s"] = relay_timeout_s
+        try:
+            ref = getattr(self.relay(), method).remote(*args, **kwargs)
+            return ray.get(ref, timeout=timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            raise TimeoutError(f"relay {method}: no answer in {timeout_s:.1f} s") from None
+        except ray.exceptions.RayActorError:
+            self.forget_relay()
+            raise
+
+    # ---- scheduler side --------------------------------------------------------------------
+
+    def start_lookup(self, hashes: Sequence[bytes]) -> Any:
+        """Ask the directory for the longest known prefix of ``hashes`` (returns a ref)."""
+        return self.relay().longest_prefix.remote(list(hashes))
+
+    def poll_lookup(self, ref: Any) -> list[list[Location]] | None:
+        """The lookup's answer if it is there, else None (without waiting)."""
+        import ray
+
+        ready, _ = ray.wait([ref], timeout=0)
+        if not ready:
+            return None
+        try:
+            return list(ray.get(ready[0]))
+        except ray.exceptions.RayActorError:
+            self.forget_relay()
+            raise
+
+    # ---- worker side -----------------------------------------------------------------------
+
+    def get_group(
+        self,
+        namespace: Namespace,
+        track: bytes,
+        group_id: int,
+        *,
+        timeout_s: float,
+        wait_s: float = 0.0,
+    ) -> list[CachedObject]:
+        """The objects of one group through the node relay (zero-copy views on this node; the
+        relay pulls the group over MoQT first if another node has it).
+
+        ``wait_s``: a group that does not exist yet anywhere (its producer is still publishing,
+        e.g. a PD prefill that just answered) is asked for again every 20 ms for this long.
+        """
+        import ray
+
+        deadline = time.monotonic() + timeout_s
+        wait_until = time.monotonic() + min(wait_s, timeout_s)
+        while True:
+            remaining = max(0.05, deadline - time.monotonic())
+            try:
+                # The relay's own timeout ends the pull; ours only bounds the call around it.
+                ref = self._call(
+                    "get_group_ref",
+                    namespace,
+                    track,
+                    group_id,
+                    timeout_s=remaining + 1.0,
+                    relay_timeout_s=remaining,
+                )
+                packed = ray.get(ref, timeout=max(0.05, deadline - time.monotonic()))
+                return unpack_group(packed)
+            except ray.exceptions.GetTimeoutError:
+                raise TimeoutError(f"group {group_id}: not readable in {timeout_s:.1f} s") from None
+            except Exception as exc:
+                if _relay_code(exc) not in _NOT_YET or time.monotonic() >= wait_until:
+                    raise
+            time.sleep(0.02)
+
+    def publish_group(
+        self,
+        namespace: Namespace,
+        track: bytes,
+        group_id: int,
+        objects: Sequence[CachedObject],
+        *,
+        chunk_hash: bytes | None,
+        end_of_track: bool = False,
+        timeout_s: float = 30.0,
+    ) -> None:
+        """Publish one complete group on the node relay (and index it by ``chunk_hash``)."""
+        self._call(
+            "publish_group",
+            namespace,
+            track,
+            group_id,
+            list(objects),
+            end_of_track=end_of_track,
+            chunk_hash=chunk_hash,
+            timeout_s=timeout_s,
+        )
+
+    def end_track(self, namespace: Namespace, track: bytes, last_group: int) -> None:
+        """Mark a track complete after ``last_group``."""
+        self._call("end_track", namespace, track, last_group, timeout_s=30.0)
+
+    def stats(self) -> dict[str, int]:
+        """The node relay's counters."""
+        return dict(self._call("stats", timeout_s=10.0))
+
+
+def _relay_code(exc: BaseException) -> int | None:
+    """The MoQT error code of a relay error, also when Ray wrapped it in a RayTaskError."""
+    for e in (exc, getattr(exc, "cause", None), exc.__cause__):
+        code = getattr(e, "error_code", None)
+        if isinstance(code, int):
+            return code
+    return None

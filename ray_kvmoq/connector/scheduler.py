@@ -1,0 +1,355 @@
+"""Scheduler side of the MoQT KV connector: what to load, what to publish, step by step.
+
+Runs in vLLM's EngineCore process, inside the scheduler loop, so nothing here may block: the
+directory lookup a new request needs is started on the first call of
+``get_num_new_matched_tokens`` and polled on later calls (vLLM retries a request whose answer
+is ``None`` on the next step); after ``lookup_timeout_s`` without an answer the request is
+counted as a miss and computed.
+
+Per request (:class:`_Req`):
+
+1. *Lookup.* The prompt's chained chunk hashes (tenant salt = the request's ``cache_salt``,
+   else the configured default; model = name + weights fingerprint) go to the directory, which
+   answers with the longest prefix of chunks held anywhere. Whole groups only, on the
+   request's own codec's track, leaving at least the prompt's last token to compute. A PD
+   consumer whose request carries a producer's ``kv_transfer_params`` loads the groups named
+   there instead (through its own node's relay, which pulls them over MoQT).
+2. *Load plan.* If every group to load is on this node the load is synchronous (zero-copy
+   from the object store, done before the forward pass); otherwise it is asynchronous (the
+   request waits in ``WAITING_FOR_REMOTE_KVS`` while the worker pulls).
+3. *Saves.* Each step, every full chunk of the prompt that this step completes and that the
+   cluster does not already hold becomes a :class:`~.metadata.SaveSpec`, published by the worker
+   as soon as the step ends (live tracks: subscribers get groups while prefill goes on). A
+   producer also publishes the prompt's partial last chunk and ends the track.
+4. *Finish.* ``request_finished`` returns ``kv_transfer_params["kvmoq"]`` naming, per group,
+   the track that holds it — what a PD consumer loads.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ray_kvmoq.kvcache.naming import chunk_hashes, kv_namespace, prompt_id
+
+from .bridge import RelayBridge
+from .config import ConnectorConfig, check_codec
+from .metadata import (
+    PARAMS_KEY,
+    GroupSource,
+    LoadSpec,
+    MoqtConnectorMetadata,
+    SaveSpec,
+    TransferParams,
+)
+from .stats import ConnectorCounters
+
+if TYPE_CHECKING:
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.request import Request
+
+__all__ = ["SchedulerSide"]
+
+log = logging.getLogger(__name__)
+
+Namespace = tuple[bytes, ...]
+
+
+@dataclass(kw_only=True)
+class _Req:
+    """What the scheduler side knows about one request."""
+
+    req_id: str
+    tokens: Sequence[int]
+    salt: bytes
+    codec: bytes
+    namespace: Namespace
+    hashes: list[bytes]
+    load_allowed: bool
+    producer: bool
+    remote: TransferParams | None
+    lookup_ref: Any = None
+    lookup_deadline: float = 0.0
+    sources: list[GroupSource | None] = field(default_factory=list)
+    """Per leading group: where the cluster holds it (None past the known prefix)."""
+    plan: tuple[int, int, int, list[GroupSource], bool] | None = None
+    """(start token, end token, first group, sources, async) once matched."""
+    pending_load: LoadSpec | None = None
+    block_ids: list[int] = field(default_factory=list)
+    next_save: int = 0
+    """First group index this request still has to publish."""
+    tail_done: bool = False
+    published: set[int] = field(default_factory=set)
+
+
+class SchedulerSide:
+    """The scheduler-side half of :class:`~.connector.MoqtKVConnector`."""
+
+    def __init__(
+        self,
+        conf: ConnectorConfig,
+        *,
+        bridge: RelayBridge,
+        model: str,
+        block_size: int,
+        kv_dtype: str,
+        producer: bool,
+        consumer_only: bool,
+    ) -> None:
+        self.conf = conf
+        self.bridge = bridge
+        self.model = model
+        self.block_size = block_size
+        self.default_codec = conf.track_codec(kv_dtype).encode()
+        self.producer = producer
+        self.consumer_only = consumer_only
+        self.counters = ConnectorCounters()
+        self._reqs: dict[str, _Req] = {}
+
+    # ---- lookup ----------------------------------------------------------------------------
+
+    def _state(self, request: Request) -> _Req:
+        st = self._reqs.get(request.request_id)
+        if st is not None:
+            return st
+        params = request.kv_transfer_params or {}
+        ours = params.get(PARAMS_KEY) if isinstance(params, dict) else None
+        ours = ours if isinstance(ours, dict) else {}
+        codec = self.default_codec
+        if isinstance(ours.get("codec"), str):
+            codec = check_codec(ours["codec"]).encode()
+        salt = (request.cache_salt or self.conf.tenant_salt).encode()
+        tokens = list(request.prompt_token_ids or [])
+        producer = self.producer or bool(params.get("do_remote_decode"))
+        st = _Req(
+            req_id=request.request_id,
+            tokens=tokens,
+            salt=salt,
+            codec=codec,
+            namespace=kv_namespace(self.model, prompt_id(salt, tokens)),
+            hashes=chunk_hashes(salt, self.model, tokens, self.conf.chunk_size),
+            load_allowed=ours.get("load", True) is not False,
+            producer=producer and not self.consumer_only,
+            remote=TransferParams.from_json(ours) if "groups" in ours else None,
+        )
+        self._reqs[st.req_id] = st
+        return st
+
+    def get_num_new_matched_tokens(
+        self, request: Request, num_computed_tokens: int
+    ) -> tuple[int | None, bool]:
+        """Tokens loadable beyond ``num_computed_tokens`` (None: ask again next step)."""
+        st = self._state(request)
+        if st.plan is not None:
+            return self._answer(st, num_computed_tokens)
+        if not st.load_allowed:
+            return self._no_plan(st)
+        c = self.conf.chunk_size
+        if st.remote is not None:
+            return self._plan_remote(st, num_computed_tokens)
+        usable = min(len(st.hashes), (len(st.tokens) - 1) // c)
+        if usable == 0:
+            return self._no_plan(st, known=0)
+        if st.lookup_ref is None:
+            try:
+                st.lookup_ref = self.bridge.start_lookup(st.hashes[:usable])
+            except Exception as exc:
+                log.warning("KV directory unreachable (%s); computing request %s", exc, st.req_id)
+                self.counters.lookup_errors += 1
+                return self._no_plan(st)
+            st.lookup_deadline = time.monotonic() + self.conf.lookup_timeout_s
+        try:
+            chain = self.bridge.poll_lookup(st.lookup_ref)
+        except Exception as exc:
+            log.warning("KV directory lookup failed (%s); computing request %s", exc, st.req_id)
+            self.counters.lookup_errors += 1
+            return self._no_plan(st)
+        if chain is None:
+            if time.monotonic() < st.lookup_deadline:
+                return None, False
+            self.counters.lookup_timeouts += 1
+            return self._no_plan(st)
+        st.sources = self._sources(st, chain)
+        known = next((k for k, s in enumerate(st.sources) if s is None), len(st.sources))
+        if known * c <= num_computed_tokens or known * c < self.conf.min_tokens:
+            return self._no_plan(st, known=known)
+        first = num_computed_tokens // c
+        srcs = [s for s in st.sources[first:known] if s is not None]
+        is_async = not all(s.local for s in srcs)
+        st.plan = (num_computed_tokens, known * c, first, srcs, is_async)
+        st.next_save = known
+        return self._answer(st, num_computed_tokens)
+
+    def _sources(self, st: _Req, chain: Sequence[Sequence[Any]]) -> list[GroupSource | None]:
+        """The best location of each leading chunk on the request's track (local first)."""
+        out: list[GroupSource | None] = []
+        for locs in chain:
+            mine = [loc for loc in locs if bytes(loc.track) == st.codec]
+            if not mine:
+                break
+            here = [loc for loc in mine if loc.node_id == self.bridge.node_id]
+            loc = (here or mine)[0]
+            out.append(
+                GroupSource(
+                    namespace=tuple(bytes(f) for f in loc.namespace),
+                    track=bytes(loc.track),
+                    group_id=int(loc.group_id),
+                    local=bool(here),
+                )
+            )
+        return out
+
+    def _plan_remote(self, st: _Req, num_computed: int) -> tuple[int | None, bool]:
+        """PD consumer: load the groups a producer's ``kv_transfer_params`` name."""
+        p = st.remote
+        assert p is not None
+        c = self.conf.chunk_size
+        if p.chunk_size != c or p.model != self.model:
+            log.warning("kv_transfer_params from another model or chunk size; computing")
+            return self._no_plan(st)
+        end = min(p.tokens, len(st.tokens))
+        first = num_computed // c
+        srcs = [
+            GroupSource(
+                namespace=kv_namespace(p.model, pid),
+                track=track.encode(),
+                group_id=gid,
+                local=False,
+            )
+            for pid, track, gid in p.groups[first : -(-end // c)]
+        ]
+        if end <= num_computed or not srcs:
+            return self._no_plan(st)
+        st.plan = (num_computed, end, first, srcs, True)
+        st.sources = [None] * first + list(srcs)
+        st.next_save = len(st.hashes)  # a consumer publishes nothing of this prompt
+        st.tail_done = True
+        return self._answer(st, num_computed)
+
+    def _no_plan(self, st: _Req, known: int = 0) -> tuple[int, bool]:
+        st.plan = (0, 0, 0, [], False)
+        st.next_save = max(st.next_save, known)
+        return 0, False
+
+    def _answer(self, st: _Req, num_computed: int) -> tuple[int, bool]:
+        assert st.plan is not None
+        start, end, _, _, is_async = st.plan
+        if end <= start or start != num_computed:
+            return 0, False
+        if not is_async:
+            end = min(end, len(st.tokens) - 1)  # a sync load must leave a token to compute
+        return max(0, end - start), is_async and end > start
+
+    # ---- allocation and metadata -------------------------------------------------------------
+
+    def update_state_after_alloc(self, request: Request, blocks: Any, num_external: int) -> None:
+        """Record the blocks a planned load writes into."""
+        st = self._reqs.get(request.request_id)
+        if st is None:
+            return
+        st.block_ids = list(blocks.get_block_ids()[0]) if blocks is not None else st.block_ids
+        if num_external <= 0 or st.plan is None:
+            return
+        start, end, first, srcs, is_async = st.plan
+        end = start + num_external
+        st.pending_load = LoadSpec(
+            req_id=st.req_id,
+            block_ids=tuple(st.block_ids),
+            start=start,
+            end=end,
+            first_group=first,
+            sources=tuple(srcs),
+            is_async=is_async,
+        )
+        self.counters.count_match(num_external, remote=is_async)
+
+    def build_connector_meta(self, out: SchedulerOutput) -> MoqtConnectorMetadata:
+        """This step's loads (planned since the last step) and saves (groups it completes)."""
+        meta = MoqtConnectorMetadata()
+        for st in self._reqs.values():
+            if st.pending_load is not None:
+                meta.loads.append(st.pending_load)
+                st.pending_load = None
+        for new in out.scheduled_new_reqs:
+            st = self._reqs.get(new.req_id)
+            if st is not None:
+                st.block_ids = list(new.block_ids[0])
+                self._saves(st, new.num_computed_tokens, out, meta)
+        cached = out.scheduled_cached_reqs
+        for i, req_id in enumerate(cached.req_ids):
+            st = self._reqs.get(req_id)
+            if st is None:
+                continue
+            new_ids = cached.new_block_ids[i]
+            if new_ids is not None:
+                if req_id in cached.resumed_req_ids:
+                    st.block_ids = list(new_ids[0])
+                else:
+                    st.block_ids.extend(new_ids[0])
+            self._saves(st, cached.num_computed_tokens[i], out, meta)
+        return meta
+
+    def _saves(
+        self, st: _Req, computed: int, out: SchedulerOutput, meta: MoqtConnectorMetadata
+    ) -> None:
+        """Groups of ``st``'s prompt that this step completes."""
+        if self.consumer_only:
+            return
+        c = self.conf.chunk_size
+        done = min(computed + out.num_scheduled_tokens.get(st.req_id, 0), len(st.tokens))
+        n_full = len(st.hashes)
+        publish_tail = st.producer if self.conf.publish_tail is None else self.conf.publish_tail
+        tail = publish_tail and len(st.tokens) % c != 0
+        last = n_full if tail else n_full - 1
+        while st.next_save < n_full and (st.next_save + 1) * c <= done:
+            k = st.next_save
+            meta.saves.append(self._save(st, k, k * c, (k + 1) * c, last == k))
+            st.next_save += 1
+        if tail and not st.tail_done and done >= len(st.tokens) and st.next_save >= n_full:
+            meta.saves.append(self._save(st, n_full, n_full * c, len(st.tokens), True))
+            st.tail_done = True
+
+    def _save(self, st: _Req, k: int, start: int, end: int, last: bool) -> SaveSpec:
+        st.published.add(k)
+        if k >= len(st.sources):
+            st.sources.extend([None] * (k + 1 - len(st.sources)))
+        st.sources[k] = GroupSource(namespace=st.namespace, track=st.codec, group_id=k, local=True)
+        return SaveSpec(
+            req_id=st.req_id,
+            namespace=st.namespace,
+            track=st.codec,
+            group_id=k,
+            block_ids=tuple(st.block_ids),
+            start=start,
+            end=end,
+            chunk_hash=st.hashes[k] if k < len(st.hashes) else None,
+            end_of_track=last,
+        )
+
+    # ---- finish ----------------------------------------------------------------------------
+
+    def request_finished(self, request: Request) -> tuple[bool, dict[str, Any] | None]:
+        """Forget the request; a producer returns where each of its prompt's groups lives."""
+        st = self._reqs.pop(request.request_id, None)
+        if st is None or not st.producer:
+            return False, None
+        groups = []
+        for s in st.sources:
+            if s is None:
+                break
+            groups.append((s.namespace[2].decode(), s.track.decode(), s.group_id))
+        covered = min(len(groups) * self.conf.chunk_size, len(st.tokens))
+        if not groups:
+            return False, None
+        params = TransferParams(
+            model=self.model, tokens=covered, chunk_size=self.conf.chunk_size, groups=tuple(groups)
+        )
+        return False, {PARAMS_KEY: params.to_json()}
+
+    def forget(self, req_ids: Iterable[str]) -> None:
+        """Drop state of requests vLLM no longer tracks."""
+        for r in req_ids:
+            self._reqs.pop(r, None)

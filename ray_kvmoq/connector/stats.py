@@ -1,0 +1,134 @@
+"""The connector's counters: vLLM connector stats, a Prometheus view, and a local snapshot.
+
+Each side (scheduler, worker) counts into a :class:`ConnectorCounters`. vLLM collects worker
+stats every step through ``get_kv_connector_stats`` and aggregates them across workers with
+:class:`MoqtConnectorStats` (the ``KVConnectorStats`` subclass named by the connector's
+``build_kv_connector_stats``); its logging stat logger prints :meth:`MoqtConnectorStats.reduce`
+and :class:`MoqtPromMetrics` turns the same numbers into ``vllm:kvmoq_*`` counters. The counters
+also accumulate for the life of the process (``totals``) so tests and ``kvmoq inspect`` can
+read them without a Prometheus scrape.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (
+    KVConnectorPromMetrics,
+    KVConnectorStats,
+)
+from vllm.v1.metrics.utils import create_metric_per_engine
+
+__all__ = ["COUNTER_NAMES", "ConnectorCounters", "MoqtConnectorStats", "MoqtPromMetrics"]
+
+
+@dataclass
+class ConnectorCounters:
+    """Counts since the last :meth:`take` (all ints; thread-safe increments via :meth:`add`)."""
+
+    tokens_matched_local: int = 0
+    """Prompt tokens the scheduler planned to load from this node's relay."""
+    tokens_matched_remote: int = 0
+    """Prompt tokens planned to be pulled from another node."""
+    tokens_loaded: int = 0
+    """Tokens written into vLLM's blocks from loaded groups."""
+    groups_loaded: int = 0
+    """Groups loaded."""
+    bytes_loaded: int = 0
+    """Encoded KV bytes loaded (payloads)."""
+    groups_saved: int = 0
+    """Groups published."""
+    bytes_saved: int = 0
+    """Encoded KV bytes published."""
+    load_errors: int = 0
+    """Loads that failed (missing, late, evicted or corrupt group): vLLM recomputed."""
+    digest_errors: int = 0
+    """Of those, objects whose digest or header did not check out."""
+    save_errors: int = 0
+    """Groups that could not be published."""
+    lookup_errors: int = 0
+    """Directory lookups that failed (the request was computed)."""
+    lookup_timeouts: int = 0
+    """Directory lookups slower than ``lookup_timeout_s``."""
+    encode_us: int = 0
+    """Microseconds spent encoding."""
+    decode_us: int = 0
+    """Microseconds spent verifying and decoding."""
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, **deltas: int) -> None:
+        """Add ``deltas`` to the named counters."""
+        with self._lock:
+            for k, v in deltas.items():
+                setattr(self, k, getattr(self, k) + int(v))
+
+    def count_match(self, tokens: int, *, remote: bool) -> None:
+        """Tokens the scheduler planned to load."""
+        self.add(**{"tokens_matched_remote" if remote else "tokens_matched_local": tokens})
+
+    def take(self) -> dict[str, int]:
+        """The counts so far, reset to zero."""
+        with self._lock:
+            out = {n: getattr(self, n) for n in COUNTER_NAMES}
+            for n in COUNTER_NAMES:
+                setattr(self, n, 0)
+        return out
+
+    def snapshot(self) -> dict[str, int]:
+        """The counts so far (unchanged)."""
+        with self._lock:
+            return {n: getattr(self, n) for n in COUNTER_NAMES}
+
+
+COUNTER_NAMES = tuple(f.name for f in fields(ConnectorCounters) if not f.name.startswith("_"))
+
+
+@dataclass
+class MoqtConnectorStats(KVConnectorStats):
+    """vLLM's per-interval connector stats: ``data`` maps counter name → count."""
+
+    def reset(self) -> None:
+        self.data = {}
+
+    def aggregate(self, other: KVConnectorStats) -> KVConnectorStats:
+        for k, v in (other.data or {}).items():
+            self.data[k] = self.data.get(k, 0) + v
+        return self
+
+    def reduce(self) -> dict[str, int | float]:
+        return {k: v for k, v in self.data.items() if v}
+
+    def is_empty(self) -> bool:
+        return not any(self.data.values())
+
+
+class MoqtPromMetrics(KVConnectorPromMetrics):
+    """``vllm:kvmoq_<counter>_total`` Prometheus counters, one per :data:`COUNTER_NAMES`."""
+
+    def __init__(
+        self,
+        vllm_config: Any,
+        metric_types: dict[type, type],
+        labelnames: list[str],
+        per_engine_labelvalues: dict[int, list[object]],
+    ) -> None:
+        super().__init__(vllm_config, metric_types, labelnames, per_engine_labelvalues)
+        self._counters = {
+            name: create_metric_per_engine(
+                self._counter_cls(
+                    name=f"vllm:kvmoq_{name}",
+                    documentation=f"MoQT KV connector: {name.replace('_', ' ')}",
+                    labelnames=labelnames,
+                ),
+                per_engine_labelvalues,
+            )
+            for name in COUNTER_NAMES
+        }
+
+    def observe(self, transfer_stats_data: dict[str, Any], engine_idx: int = 0) -> None:
+        for name, value in transfer_stats_data.items():
+            per_engine = self._counters.get(name)
+            if per_engine is not None and value:
+                per_engine[engine_idx].inc(value)

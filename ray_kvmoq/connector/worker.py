@@ -1,0 +1,306 @@
+"""Worker side of the MoQT KV connector: groups in and out of vLLM's paged blocks.
+
+Runs in each vLLM worker process, next to the model runner. Per engine step it receives the
+scheduler's :class:`~.metadata.MoqtConnectorMetadata` and
+
+* **loads** (``start_load_kv``): synchronous loads — every group on this node — are read from
+  the node relay (object-store buffers mapped zero-copy), verified, decoded and scattered into
+  the request's blocks before the forward pass; asynchronous ones (some group on another node:
+  the relay pulls it over MoQT) run on a loader thread and are reported through
+  ``get_finished`` when done. The request's blocks are reserved for it while it waits, so the
+  loader writes into them while other requests' forward passes run.
+* **saves** (``wait_for_save``): each group the step completed is gathered from the blocks (one
+  copy, in the step, so the blocks may be reused at once) and handed to the publisher thread,
+  which encodes it with the track's codec, attaches digests and publishes it on the node relay
+  — in group order, so live subscribers see the track grow while prefill continues.
+
+Failure rule: any error while loading a group (missing, late, evicted, corrupt, foreign
+geometry) stops that request's load there; the blocks from that group on are reported by
+``get_block_ids_with_load_errors`` (and an asynchronous load as failed), so vLLM recomputes
+them (``kv_load_failure_policy="recompute"``). Nothing half-written is ever used: the scheduler
+truncates the request to the first bad block. A failed save is counted and dropped — it is
+only a future cache miss.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ray_kvmoq.kvcache.errors import KVCacheError
+from ray_kvmoq.kvcache.layout import KVGeometry
+from ray_kvmoq.kvcache.naming import CODEBOOK_TRACK_SUFFIX, DEFAULT_CHUNK_SIZE
+
+from .bridge import RelayBridge
+from .chunks import CODEBOOK_GROUP, Codebooks, decode_group, encode_chunk
+from .metadata import LoadSpec, MoqtConnectorMetadata, SaveSpec
+from .paged import LayerCaches, PagedLayout, gather_chunk, order_layers, scatter_chunk, slot_index
+from .stats import ConnectorCounters
+
+__all__ = ["WorkerSide"]
+
+log = logging.getLogger(__name__)
+
+_AC = b"AC"
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Gathered:
+    """A group gathered from the blocks, waiting to be encoded and published."""
+
+    spec: SaveSpec
+    chunk: torch.Tensor
+
+
+class WorkerSide:
+    """The worker-side half of :class:`~.connector.MoqtKVConnector`."""
+
+    def __init__(
+        self,
+        *,
+        bridge: RelayBridge,
+        layout: PagedLayout,
+        block_size: int,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        load_timeout_s: float = 10.0,
+    ) -> None:
+        self.bridge = bridge
+        self.layout = layout
+        self.block_size = block_size
+        self.chunk_size = chunk_size
+        self.load_timeout_s = load_timeout_s
+        self.counters = ConnectorCounters()
+        self.totals = ConnectorCounters()
+        self.codebooks = Codebooks()
+        self.caches: dict[str, torch.Tensor] = {}
+        self.layers: list[str] = []
+        self.geometry: KVGeometry | None = None
+        self.dtype: torch.dtype = torch.bfloat16
+        self._loader = ThreadPoolExecutor(max_workers=2, thread_name_prefix="kvmoq-load")
+        self._publisher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvmoq-publish")
+        self._lock = threading.Lock()
+        self._loading: dict[str, Future[bool]] = {}
+        self._bad_blocks: set[int] = set()
+        self._finished_recving: set[str] = set()
+        self._failed_recving: set[str] = set()
+
+    # ---- registration ----------------------------------------------------------------------
+
+    def register_kv_caches(self, kv_caches: LayerCaches) -> None:
+        """Remember the engine's per-layer KV tensors (in model order) and their geometry."""
+        self.caches = dict(kv_caches)
+        self.layers = order_layers(list(self.caches))
+        first = self.caches[self.layers[0]]
+        view = self.layout.view(first)
+        n_h, d = first.shape[1], view.shape[-1]
+        self.geometry = KVGeometry(num_layers=len(self.layers), num_kv_heads=n_h, head_dim=d)
+        self.dtype = first.dtype
+        log.info(
+            "MoQT KV connector: %d layers, %d KV heads x %d, %s, block size %d (%s)",
+            len(self.layers), n_h, d, first.dtype, self.block_size, self.layout.name,
+        )
+
+    # ---- loads -----------------------------------------------------------------------------
+
+    def start_load_kv(self, meta: MoqtConnectorMetadata) -> None:
+        """Run synchronous loads now; start asynchronous ones on the loader thread."""
+        for spec in meta.loads:
+            if spec.is_async:
+                with self._lock:
+                    if spec.req_id in self._loading:
+                        continue
+                    self._loading[spec.req_id] = self._loader.submit(self._load_async, spec)
+            else:
+                self._load(spec)
+
+    def _load_async(self, spec: LoadSpec) -> bool:
+        ok = False
+        try:
+            ok = self._load(spec)
+        finally:
+            with self._lock:
+                self._loading.pop(spec.req_id, None)
+                self._finished_recving.add(spec.req_id)
+                if not ok:
+                    self._failed_recving.add(spec.req_id)
+        return ok
+
+    def _load(self, spec: LoadSpec) -> bool:
+        """Load ``spec``; on the first failing group, mark its blocks (and later ones) bad."""
+        if self.geometry is None:
+            self._fail(spec, spec.start, "KV caches not registered")
+            return False
+        c = self.chunk_size
+        deadline = time.monotonic() + self.load_timeout_s
+        for i, src in enumerate(spec.sources):
+            k = spec.first_group + i
+            lo, hi = max(spec.start, k * c), min(spec.end, (k + 1) * c)
+            if lo >= hi:
+                continue
+            try:
+                t0 = time.perf_counter()
+                objects = self.bridge.get_group(
+                    src.namespace,
+                    src.track,
+                    src.group_id,
+                    timeout_s=max(0.05, deadline - time.monotonic()),
+                    wait_s=max(0.0, deadline - time.monotonic()) if not src.local else 0.0,
+                )
+                nbytes = sum(len(o.payload) for o in objects)
+                codebook = self._codebook_for(src.namespace, src.track, deadline)
+                chunk = decode_group(
+                    src.track, objects, self.geometry, self.dtype, codebook=codebook
+                )
+                if chunk.shape[3] < hi - k * c:
+                    raise KVCacheError(f"group {src.group_id} has {chunk.shape[3]} tokens")
+                blocks, offsets = slot_index(
+                    spec.block_ids, lo, hi, self.block_size, self.caches[self.layers[0]].device
+                )
+                scatter_chunk(
+                    self.layout,
+                    self.caches,
+                    self.layers,
+                    blocks,
+                    offsets,
+                    chunk[:, :, :, lo - k * c : hi - k * c],
+                )
+            except Exception as exc:
+                digest = isinstance(exc, KVCacheError)
+                self._fail(spec, lo, f"{type(exc).__name__}: {exc}", digest=digest)
+                return False
+            self._count(
+                tokens_loaded=hi - lo,
+                groups_loaded=1,
+                bytes_loaded=nbytes,
+                decode_us=int((time.perf_counter() - t0) * 1e6),
+            )
+        return True
+
+    def _codebook_for(self, namespace: Any, track: bytes, deadline: float) -> bytes | None:
+        if track != _AC:
+            return None
+
+        def fetch() -> bytes:
+            objs = self.bridge.get_group(
+                namespace,
+                _AC + CODEBOOK_TRACK_SUFFIX,
+                CODEBOOK_GROUP,
+                timeout_s=max(0.05, deadline - time.monotonic()),
+                wait_s=max(0.0, deadline - time.monotonic()),
+            )
+            return bytes(objs[0].payload)
+
+        return self.codebooks.get(namespace, fetch)
+
+    def _fail(self, spec: LoadSpec, from_token: int, why: str, *, digest: bool = False) -> None:
+        bs = self.block_size
+        first, last = from_token // bs, (spec.end - 1) // bs
+        bad = {spec.block_ids[b] for b in range(first, min(last + 1, len(spec.block_ids)))}
+        log.warning(
+            "KV load for %s failed at token %d (%s): recomputing %d block(s)",
+            spec.req_id, from_token, why, len(bad),
+        )
+        with self._lock:
+            self._bad_blocks |= bad
+        self._count(load_errors=1, digest_errors=int(digest))
+
+    def take_bad_blocks(self) -> set[int]:
+        """Blocks whose load failed since the last call."""
+        with self._lock:
+            bad, self._bad_blocks = self._bad_blocks, set()
+        return bad
+
+    def take_finished(self) -> tuple[set[str], set[str]]:
+        """(asynchronous loads finished since the last call, of which failed)."""
+        with self._lock:
+            done, self._finished_recving = self._finished_recving, set()
+            failed, self._failed_recving = self._failed_recving, set()
+        return done, failed
+
+    # ---- saves -----------------------------------------------------------------------------
+
+    def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor) -> None:
+        """Keep the layer's tensor if registration did not provide it (saves run at step end)."""
+        if layer_name not in self.caches:
+            self.caches[layer_name] = kv_layer
+            self.layers = order_layers(list(self.caches))
+
+    def wait_for_save(self, meta: MoqtConnectorMetadata) -> None:
+        """Gather every group this step completed and queue it for publishing."""
+        if not meta.saves or not self.layers:
+            return
+        device = self.caches[self.layers[0]].device
+        for spec in meta.saves:
+            try:
+                blocks, offsets = slot_index(
+                    spec.block_ids, spec.start, spec.end, self.block_size, device
+                )
+                chunk = gather_chunk(self.layout, self.caches, self.layers, blocks, offsets)
+                chunk = chunk.to("cpu", non_blocking=False).contiguous()
+            except Exception as exc:
+                log.warning("cannot gather group %d of %s: %s", spec.group_id, spec.req_id, exc)
+                self._count(save_errors=1)
+                continue
+            self._publisher.submit(self._publish, _Gathered(spec=spec, chunk=chunk))
+
+    def _publish(self, g: _Gathered) -> None:
+        spec = g.spec
+        try:
+            t0 = time.perf_counter()
+            codebook = None
+            if spec.track == _AC:
+                codebook, new = self.codebooks.make(spec.namespace, g.chunk)
+                if new:
+                    self.bridge.publish_group(
+                        spec.namespace,
+                        _AC + CODEBOOK_TRACK_SUFFIX,
+                        CODEBOOK_GROUP,
+                        encode_codebook_objects(codebook),
+                        chunk_hash=None,
+                    )
+            objects = encode_chunk(spec.track, g.chunk, codebook=codebook)
+            encode_us = int((time.perf_counter() - t0) * 1e6)
+            self.bridge.publish_group(
+                spec.namespace,
+                spec.track,
+                spec.group_id,
+                objects,
+                chunk_hash=spec.chunk_hash,
+                end_of_track=spec.end_of_track,
+            )
+        except Exception as exc:
+            log.warning("cannot publish group %d of %s: %s", spec.group_id, spec.req_id, exc)
+            self._count(save_errors=1)
+            return
+        self._count(
+            groups_saved=1, bytes_saved=sum(len(o.payload) for o in objects), encode_us=encode_us
+        )
+
+    def flush(self, timeout_s: float = 30.0) -> None:
+        """Wait until every queued publish has run (tests, shutdown)."""
+        self._publisher.submit(lambda: None).result(timeout=timeout_s)
+
+    # ---- misc ------------------------------------------------------------------------------
+
+    def _count(self, **deltas: int) -> None:
+        self.counters.add(**deltas)
+        self.totals.add(**deltas)
+
+    def shutdown(self) -> None:
+        """Stop the threads (queued publishes finish first)."""
+        self._publisher.shutdown(wait=True, cancel_futures=False)
+        self._loader.shutdown(wait=False, cancel_futures=True)
+
+
+def encode_codebook_objects(codebook: bytes) -> list[Any]:
+    """The codebook group: one object holding the blob, with its digest."""
+    from ray_kvmoq.kvcache.integrity import attach_digest
+    from ray_kvmoq.relay.cache import CachedObject
+
+    return [CachedObject(object_id=0, payload=codebook, extensions=(attach_digest(codebook),))]
