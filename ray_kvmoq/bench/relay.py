@@ -79,7 +79,7 @@ def _consumer_cls() -> Any:
                 ref = await relay.get_group_ref.remote(namespace, track, 0)
                 packed = await ref
                 times.append(time.perf_counter() - t0)
-                writeable = bool(packed.payload.flags.writeable)
+                writeable = not packed.payload.readonly
             return {"median_ms": statistics.median(times) * 1e3, "copied": writeable}
 
     return Consumer
@@ -147,7 +147,7 @@ def _setup(groups: int, group_mb: int, datagram: int, pacing: bool) -> _Ctx:
     import ray
 
     from ray_kvmoq.relay.actor import RelayActor, get_directory
-    from ray_kvmoq.relay.peers import ClusterSecurity
+    from ray_kvmoq.relay.security import ClusterSecurity
 
     alive = [n for n in ray.nodes() if n["Alive"]]
     if len(alive) < 2:

@@ -50,7 +50,7 @@ async def _run(
     ready_file: str | None,
     transport: dict[str, object],
 ) -> None:
-    from ray_kvmoq.relay.network import serve_plain_relay
+    from ray_kvmoq.relay.downstream import serve_plain_relay
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

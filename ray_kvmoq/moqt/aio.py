@@ -28,6 +28,12 @@ changes that make aioquic move hundreds of MB/s (see ``docs`` and ``kvmoq bench 
 6. **UDP GSO** (Linux ``UDP_SEGMENT``): a run of equal-size datagrams leaves in one ``sendmsg``;
    the receiver still sees ordinary datagrams. Falls back to ``sendto`` where unsupported.
 
+Backends: ``TransportConfig.backend`` picks the QUIC library: ``"aioquic"`` (this module) or
+``"qh3"`` (:mod:`.aio_qh3`: aioquic's API with crypto, buffers and UDP batching in Rust; the
+levers above that apply are carried over there). Both yield a :class:`QuicEndpoint`; the
+session above sees aioquic event classes either way. ``"auto"`` (the default) uses qh3 when it
+is installed, else aioquic.
+
 Invariants: all patches are per connection (``FastQuicProtocol.__init__``), each can be switched
 off in ``TransportConfig`` (the bench measures each), and nothing here knows about MoQT beyond the
 ALPN. The application sees QUIC events through one callback and must call
@@ -45,7 +51,7 @@ import types
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.asyncio.server import QuicServer
@@ -71,6 +77,59 @@ MAX_NARROW_DATAGRAM = 16384
 
 EventHandler = Callable[[events.QuicEvent], None]
 
+BACKENDS = ("auto", "aioquic", "qh3")
+"""Values of :attr:`TransportConfig.backend`."""
+
+
+def resolve_backend(name: str) -> str:
+    """The QUIC library ``name`` stands for: "auto" is qh3 when importable, else aioquic."""
+    if name not in BACKENDS:
+        raise ValueError(f"unknown QUIC backend {name!r}; use one of {', '.join(BACKENDS)}")
+    if name != "auto":
+        return name
+    try:
+        import qh3  # noqa: F401
+    except ImportError:
+        return "aioquic"
+    return "qh3"
+
+
+class QuicEndpoint(Protocol):
+    """What the MoQT layer uses of a running QUIC connection (either backend)."""
+
+    on_event: EventHandler
+    """Receives every QUIC event (aioquic classes)."""
+
+    @property
+    def quic(self) -> Any:
+        """The sans-I/O connection (aioquic's API)."""
+
+    @property
+    def datagram_size(self) -> int:
+        """The datagram size in use now."""
+
+    @property
+    def is_closed(self) -> bool:
+        """Whether the connection has terminated."""
+
+    def transmit(self) -> None:
+        """Send what the connection has to send now."""
+
+    def transmit_soon(self) -> None:
+        """Send at the end of this loop turn."""
+
+    def send_buffered(self) -> int:
+        """Bytes queued on streams and not yet sent (or acknowledged)."""
+
+    async def drain(self, limit: int = 8 << 20) -> None:
+        """Wait until at most ``limit`` bytes are buffered."""
+
+    def close(self, error_code: int = 0, reason_phrase: str = "") -> None:
+        """Close the connection."""
+
+    async def wait_closed(self) -> None:
+        """Wait until the connection has terminated."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class TransportConfig:
@@ -83,6 +142,9 @@ class TransportConfig:
 
     alpn: str = MOQT_ALPN
     """ALPN offered/accepted."""
+    backend: str = "aioquic"
+    """QUIC library: "aioquic", "qh3", or "auto" (qh3 when installed). Both ends of a
+    connection may use different ones."""
     max_datagram_size: int = 1452
     """UDP payload size used after the handshake (bounded by the peer's limit). 1452 suits any
     Ethernet path; 9000 a jumbo-frame link; up to 65527 on loopback."""
@@ -570,13 +632,17 @@ async def serve_quic(
     port: int,
     *,
     config: TransportConfig,
-    on_connection: Callable[[FastQuicProtocol], None],
+    on_connection: Callable[[Any], None],
 ) -> QuicListener:
     """Listen on ``host:port`` (UDP); call ``on_connection`` with each new connection's protocol.
 
     ``on_connection`` runs synchronously as the connection is created (before the handshake) and
     should set ``protocol.on_event``.
     """
+    if resolve_backend(config.backend) == "qh3":
+        from .aio_qh3 import serve_qh3
+
+        return await serve_qh3(host, port, config=config, on_connection=on_connection)
     loop = asyncio.get_running_loop()
     batch = _ReceiveBatch()
     infos = await loop.getaddrinfo(host, port, type=socket.SOCK_DGRAM)
@@ -618,6 +684,14 @@ async def connect_quic(
     Raises ``ConnectionError`` (or ``TimeoutError``) if the handshake fails or takes longer than
     ``connect_timeout`` seconds.
     """
+    if resolve_backend(config.backend) == "qh3":
+        from .aio_qh3 import connect_qh3
+
+        async with connect_qh3(
+            host, port, config=config, on_event=on_event, connect_timeout=connect_timeout
+        ) as qh3_protocol:
+            yield qh3_protocol  # type: ignore[misc]
+        return
     loop = asyncio.get_running_loop()
     cfg = config.quic_configuration(is_client=True)
     if cfg.server_name is None:

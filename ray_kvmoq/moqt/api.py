@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from .aio import FastQuicProtocol, TransportConfig, connect_quic, serve_quic
+from .aio import QuicEndpoint, TransportConfig, connect_quic, serve_quic
 from .api_types import (
     Cancelled,
     FetchRequest,
@@ -149,7 +149,7 @@ async def serve(
     """
     server = MoqtServer()
 
-    def on_connection(protocol: FastQuicProtocol) -> None:
+    def on_connection(protocol: QuicEndpoint) -> None:
         conn = MoqtConnection(
             protocol,
             is_client=False,

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import events as ev
 from .messages import AuthToken, Location
+from .objects import Extensions, Group, MoqtObject
 from .types import (
     FetchErrorCode,
     FilterType,
@@ -30,35 +31,30 @@ from .types import (
 if TYPE_CHECKING:
     from .connection import MoqtConnection
 
-Extensions = tuple[tuple[int, int | bytes], ...]
+__all__ = [
+    "Cancelled",
+    "FetchRequest",
+    "FetchStream",
+    "FetchWriter",
+    "FullTrackName",
+    "Group",
+    "GroupWriter",
+    "MoqtApiError",
+    "MoqtObject",
+    "NamespaceRequest",
+    "Publication",
+    "RequestError",
+    "SessionClosed",
+    "SessionHandler",
+    "SubscribeRequest",
+    "Subscription",
+]
 
 _WRITE_BATCH = 1 << 20
 """Bytes of objects handed to the session per write call in ``write_group``."""
 
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class MoqtObject:
-    """One MoQT object, as published and as received (d14 §2.1, §10.2)."""
-
-    group: int
-    """Group id."""
-    object_id: int
-    """Object id within the group."""
-    payload: bytes = b""
-    """Payload (empty for status objects)."""
-    subgroup: int = 0
-    """Subgroup id."""
-    priority: int = 128
-    """Publisher priority (0 highest)."""
-    extensions: Extensions = ()
-    """Extension headers, forwarded unchanged."""
-    status: ObjectStatus = ObjectStatus.NORMAL
-    """Object status."""
-
-    @property
-    def location(self) -> Location:
-        """(group, object)."""
-        return Location(self.group, self.object_id)
+_INLINE_MAX = 16 << 10
+"""Payloads up to this size are framed together with their neighbours into one write."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -415,24 +411,32 @@ class GroupWriter:
         self.write_many([obj])
 
     def write_many(self, objects: Sequence[MoqtObject]) -> None:
-        """Queue objects with one transport write (status objects are written one by one)."""
+        """Queue objects with as few transport writes as their sizes allow: small ones are
+        framed together into one write; a large payload goes to the transport as the view it
+        is (its only copy is into the QUIC send buffer); status objects one by one."""
         self.publication._check()
         run: list[tuple[int, bytes, Extensions]] = []
         session = self.publication.session
+        sid = self.stream_id
         for obj in objects:
-            if obj.status == ObjectStatus.NORMAL:
-                run.append((obj.object_id, obj.payload, obj.extensions))
+            if obj.status == ObjectStatus.NORMAL and len(obj.payload) <= _INLINE_MAX:
+                run.append((obj.object_id, obj.payload, obj.extensions))  # type: ignore[arg-type]
                 continue
             if run:
-                session._cmd(lambda s, r=run: s.write_objects(self.stream_id, r))  # type: ignore[misc]
+                session._cmd(lambda s, r=run: s.write_objects(sid, r))  # type: ignore[misc]
                 run = []
             session._cmd(
                 lambda s, o=obj: s.write_object(  # type: ignore[misc]
-                    self.stream_id, o.object_id, b"", extensions=o.extensions, status=o.status
+                    sid, o.object_id, o.payload, extensions=o.extensions, status=o.status
                 )
             )
         if run:
-            session._cmd(lambda s: s.write_objects(self.stream_id, run))
+            session._cmd(lambda s: s.write_objects(sid, run))
+
+    def write_group(self, group: Group) -> None:
+        """Queue every object of a :class:`~ray_kvmoq.moqt.objects.Group` (payloads are views
+        of its buffer, copied once into the QUIC send buffer)."""
+        self.write_many(group.objects())
 
     def end(self) -> None:
         """FIN the stream."""
@@ -466,6 +470,11 @@ class FetchWriter(_Writer):
                 status=obj.status,
             )
         )
+
+    def write_group(self, group: Group) -> None:
+        """Queue every object of a :class:`~ray_kvmoq.moqt.objects.Group` (payload views)."""
+        for obj in group.objects():
+            self.write(obj)
 
     def end(self) -> None:
         """FIN the fetch stream."""
@@ -566,6 +575,23 @@ class FetchStream:
 
     async def __anext__(self) -> MoqtObject:
         return await self._queue.get()
+
+    async def groups(self) -> AsyncIterator[Group]:
+        """The fetched objects as one :class:`~ray_kvmoq.moqt.objects.Group` per group, each
+        yielded once the next group starts or the stream ends (FETCH delivers in group order).
+        End of Group / End of Track status objects only delimit; they are not kept."""
+        objs: list[MoqtObject] = []
+        gid: int | None = None
+        async for obj in self:
+            if gid is not None and obj.group != gid:
+                if objs:
+                    yield Group.pack(gid, objs)
+                objs = []
+            gid = obj.group
+            if obj.status not in (ObjectStatus.END_OF_GROUP, ObjectStatus.END_OF_TRACK):
+                objs.append(obj)
+        if gid is not None and objs:
+            yield Group.pack(gid, objs)
 
     async def cancel(self) -> None:
         """FETCH_CANCEL; iteration ends."""

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from . import events as ev
-from .aio import FastQuicProtocol
+from .aio import QuicEndpoint
 from .api_types import (
     Cancelled,
     FetchRequest,
@@ -62,7 +62,7 @@ class MoqtConnection:
 
     def __init__(
         self,
-        protocol: FastQuicProtocol,
+        protocol: QuicEndpoint,
         *,
         is_client: bool,
         session_config: SessionConfig | None = None,
@@ -113,7 +113,7 @@ class MoqtConnection:
         return self._session
 
     @property
-    def protocol(self) -> FastQuicProtocol:
+    def protocol(self) -> QuicEndpoint:
         """The QUIC endpoint."""
         return self._protocol
 

@@ -4,17 +4,26 @@ The only relay module that imports ``ray`` (STYLE rule 9: a thin shell over :cla
 which is tested without Ray).
 
 * :class:`RayGroupStore` puts each sealed group into the object store as one
-  :class:`~.packed.PackedGroup` (a ``uint8`` payload buffer + an ``int64`` offsets table), so
+  :class:`~ray_kvmoq.moqt.objects.Group` (its one payload buffer travels out of band), so
   actors on the same node map it without a copy. The relay actor owns those objects; eviction
   drops its reference, and Ray frees the memory once no reader holds a ref either.
 * ``RelayActor`` (async actor, ``num_cpus=0``, pinned to its node with
   ``NodeAffinitySchedulingStrategy(soft=False)``) runs the relay core, its MoQT server on a UDP
   port, and its pool of sessions to peer relays. Between nodes, bytes move only over MoQT.
-* ``DirectoryActor`` (named ``kvmoq_directory``, not detached: it lives as long as the process
-  that created it — the serving app's driver, or :func:`start_relays`' caller) holds the
-  :class:`~.directory.Directory`. Relays feed it; a watchdog pings every registered relay and
-  drops a node whose relay is dead (its ping fails at once), so the directory forgets a killed
-  relay within about ``watchdog_s`` seconds; a merely unresponsive one after 10 silent rounds.
+* ``DirectoryActor`` (named ``kvmoq_directory``) holds the :class:`~.directory.Directory`.
+  Relays feed it; a watchdog pings every registered relay and drops a node whose relay is dead
+  (its ping fails at once) within about ``watchdog_s`` seconds, a merely unresponsive one after
+  10 silent rounds.
+
+Lifetime (what :func:`start_relays` creates): the directory and every relay are **detached**
+(they outlive the process that created them) and **restartable** (``max_restarts=-1``). A
+relay (re)starts itself on its first call after a restart (the directory's pings make one
+within a second), registers its node afresh (the directory forgets what the old incarnation
+held: its object-store buffers died with it) and keeps a one-second heartbeat with the
+directory. The directory carries a random *epoch*; a relay that sees a new epoch (the
+directory restarted empty) registers again and re-announces every sealed group it holds, so
+the directory rebuilds itself from the relays. ``start_relays`` is idempotent: it finds the
+named actors that exist and starts only what is missing.
 
 Never a blocking ``ray.get`` inside ``async def``: the actors await refs. The one ``ray.get`` in
 :meth:`RayGroupStore.put` reads back an object this process has just put (sealed locally, so it
@@ -24,6 +33,7 @@ returns at once) to keep a zero-copy view for the relay's own reads.
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -31,10 +41,11 @@ from typing import Any, TypeVar
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from .cache import CachedObject, GroupKey, GroupStore, RelayCache
+from ray_kvmoq.moqt.objects import Group, MoqtObject
+
+from .cache import GroupKey, GroupStore, RelayCache
 from .directory import Directory, Location, NodeInfo
 from .events import TIMEOUT, TRACK_DOES_NOT_EXIST
-from .packed import PackedGroup, pack_group, unpack_group
 from .relay import GroupEnded, Relay, RelayError, TrackEnded, as_namespace, as_track
 
 __all__ = [
@@ -64,19 +75,30 @@ def local_relay(prefix: str = "kvmoq_relay_", namespace: str | None = None) -> A
     return ray.get_actor(relay_name(node_id, prefix), namespace=namespace)
 
 
-class RayGroupStore(GroupStore[tuple[Any, PackedGroup]]):
+class RayGroupStore(GroupStore[tuple[Any, Group]]):
     """Sealed groups as object-store buffers; handle = (ObjectRef, zero-copy local view)."""
 
     zero_copy = True
 
-    def put(self, key: GroupKey, objects: Sequence[CachedObject]) -> tuple[Any, PackedGroup]:
-        ref = ray.put(pack_group(objects))
+    def __init__(self) -> None:
+        self._adopted: dict[int, tuple[Group, Any]] = {}
+
+    def adopt(self, group: Group, ref: Any) -> None:
+        """``group`` already lives in the object store as ``ref``: its ``put`` keeps that
+        object instead of putting a copy."""
+        self._adopted[id(group)] = (group, ref)
+
+    def put(self, key: GroupKey, group: Group) -> tuple[Any, Group]:
+        known = self._adopted.pop(id(group), None)
+        if known is not None and known[0] is group:
+            return known[1], group
+        ref = ray.put(group)
         return ref, ray.get(ref)  # our own object, sealed locally: returns at once
 
-    def get(self, handle: tuple[Any, PackedGroup]) -> list[CachedObject]:
-        return unpack_group(handle[1])
+    def get(self, handle: tuple[Any, Group]) -> Group:
+        return handle[1]
 
-    def delete(self, handle: tuple[Any, PackedGroup]) -> None:
+    def delete(self, handle: tuple[Any, Group]) -> None:
         return None  # dropping the handle drops our ref; readers' refs keep it alive
 
 
@@ -87,8 +109,17 @@ class RayDirectoryClient:
         self._h = handle
         self._relay = relay_handle
 
-    async def register_node(self, info: NodeInfo) -> None:
-        await self._h.register_node.remote(info, self._relay)
+    @property
+    def handle(self) -> Any:
+        """The directory actor."""
+        return self._h
+
+    async def register_node(self, info: NodeInfo, *, fresh: bool = False) -> None:
+        await self._h.register_node.remote(info, self._relay, fresh=fresh)
+
+    async def epoch(self) -> str:
+        """The directory incarnation's random id (changes when it restarts)."""
+        return str(await self._h.epoch.remote())
 
     async def add_groups(
         self,
@@ -117,13 +148,21 @@ class DirectoryActor:
         self._d = Directory()
         self._relays: dict[str, Any] = {}
         self._watchdog_s = watchdog_s
+        self._epoch = secrets.token_hex(8)
         self.unresponsive_limit = 10
         """Silent ping rounds before a live-but-unresponsive relay is dropped."""
         self._task: asyncio.Task[None] | None = None
 
-    async def register_node(self, info: NodeInfo, relay_handle: Any = None) -> None:
-        """Record a relay's address (and its handle, for the watchdog)."""
-        self._d.register_node(info)
+    async def epoch(self) -> str:
+        """This incarnation's id: a relay that sees it change re-announces what it holds."""
+        return self._epoch
+
+    async def register_node(
+        self, info: NodeInfo, relay_handle: Any = None, *, fresh: bool = False
+    ) -> None:
+        """Record a relay's address (and its handle, for the watchdog); ``fresh``: it holds
+        nothing yet, forget what was recorded for the node before."""
+        self._d.register_node(info, fresh=fresh)
         if relay_handle is not None:
             self._relays[info.node_id] = relay_handle
         if self._task is None:
@@ -163,6 +202,12 @@ class DirectoryActor:
         """Node ids caching a group (or any group) of a track."""
         return self._d.nodes_for(namespace, track, group_id)
 
+    async def groups_on(
+        self, node_id: str, namespace: tuple[bytes, ...], track: bytes
+    ) -> list[int]:
+        """Groups of a track one node caches."""
+        return self._d.groups_on(node_id, namespace, track)
+
     async def lookup_hash(self, chunk_hash: bytes) -> list[Location]:
         """Every location of a chunk hash."""
         return self._d.lookup_hash(chunk_hash)
@@ -181,8 +226,8 @@ class DirectoryActor:
 
     async def _watch(self) -> None:
         # A dead relay (ray.kill, node loss) fails its ping at once: forget it immediately. A
-        # slow one (busy CPU) only after `unresponsive_limit` silent rounds, so load alone never
-        # erases a healthy relay from the directory.
+        # slow one (busy CPU, or restarting) only after `unresponsive_limit` silent rounds, so
+        # load alone never erases a healthy relay from the directory.
         misses: dict[str, int] = {}
         while True:
             await asyncio.sleep(self._watchdog_s)
@@ -196,7 +241,8 @@ class DirectoryActor:
                     misses[node_id] = misses.get(node_id, 0) + 1
                 if misses.get(node_id, 0) >= self.unresponsive_limit:
                     misses.pop(node_id, None)
-                    await self.remove_node(node_id)
+                    if self._relays.get(node_id) is handle:
+                        await self.remove_node(node_id)
 
 
 _HELD: dict[str, Any] = {}
@@ -217,19 +263,23 @@ async def _retry_missing(fn: Callable[[], Awaitable[_T]], wait_s: float) -> _T:
         await asyncio.sleep(0.05)
 
 
-def get_directory(*, create: bool = True, namespace: str | None = None) -> Any:
-    """The ``kvmoq_directory`` actor handle (created, owned by the caller, if absent).
+def get_directory(
+    *, create: bool = True, namespace: str | None = None, detached: bool = True
+) -> Any:
+    """The ``kvmoq_directory`` actor handle (created if absent: detached and restartable,
+    unless ``detached=False``, when it lives as long as the calling process).
 
-    Ray collects a non-detached actor once no handle is left, so this process keeps one: the
-    directory lives as long as the process that created it (or until ``ray.shutdown``).
     ``namespace``: the Ray namespace to look in (default: the caller's).
     """
     if not create:
         return ray.get_actor(DIRECTORY_NAME, namespace=namespace)
+    opts: dict[str, Any] = {"max_restarts": -1, "max_task_retries": -1}
+    if detached:
+        opts["lifetime"] = "detached"
     handle = DirectoryActor.options(  # type: ignore[attr-defined]
-        name=DIRECTORY_NAME, namespace=namespace, get_if_exists=True, num_cpus=0
+        name=DIRECTORY_NAME, namespace=namespace, get_if_exists=True, num_cpus=0, **opts
     ).remote()
-    # keep the first handle of each directory actor: it is the owner's, later ones are borrowed
+    # a non-detached actor lives while its owner holds a handle: keep the first one
     _HELD.setdefault(handle._actor_id.hex(), handle)
     return handle
 
@@ -237,7 +287,8 @@ def get_directory(*, create: bool = True, namespace: str | None = None) -> Any:
 @ray.remote(num_cpus=0, max_restarts=0)
 class RelayActor:
     """One node's relay. Construct with :func:`start_relays` (or pin it yourself), then
-    ``start``. Methods are the in-node API documented in ``ray_kvmoq.relay``."""
+    ``start`` (any in-node call also starts it, e.g. after a restart). Methods are the in-node
+    API documented in ``ray_kvmoq.relay``."""
 
     def __init__(
         self,
@@ -248,6 +299,7 @@ class RelayActor:
         network: dict[str, Any] | None = None,
         directory: Any = None,
         relay_id: str | None = None,
+        heartbeat_s: float = 1.0,
     ) -> None:
         self.ray_node_id = ray.get_runtime_context().get_node_id()
         self.node_id = relay_id or self.ray_node_id
@@ -257,42 +309,82 @@ class RelayActor:
         self.budget_bytes = budget_bytes
         self._network_opts = dict(network or {})
         self._directory_handle = directory
+        self._heartbeat_s = heartbeat_s
         self.relay: Relay | None = None
         self._net: Any = None
+        self._dclient: RayDirectoryClient | None = None
+        self._starting: asyncio.Future[NodeInfo] | None = None
+        self._heartbeat: asyncio.Task[None] | None = None
+        self.incarnation = secrets.token_hex(8)
+        """Random id of this process's life (a restarted relay has a new one)."""
 
     async def start(self) -> NodeInfo:
-        """Start the MoQT server and register with the directory; returns the address."""
-        if self.relay is not None:
-            return NodeInfo(node_id=self.node_id, host=self.host, port=self.port)
+        """Start the MoQT server and register with the directory; returns the address.
+
+        Idempotent and safe to call concurrently."""
+        if self._starting is None:
+            self._starting = asyncio.get_running_loop().create_future()
+            try:
+                self._starting.set_result(await self._start())
+            except BaseException as exc:
+                self._starting.set_exception(exc)
+                self._starting.exception()
+                self._starting = None
+                raise
+        return await asyncio.shield(self._starting)
+
+    async def _start(self) -> NodeInfo:
         me = ray.get_runtime_context().current_actor
-        dclient = (
-            RayDirectoryClient(self._directory_handle, me)
-            if self._directory_handle is not None
-            else None
-        )
-        listen = self._network_opts.pop("listen", True)
-        if "security" not in self._network_opts:
-            from .peers import ClusterSecurity
+        if self._directory_handle is not None:
+            self._dclient = RayDirectoryClient(self._directory_handle, me)
+        opts = dict(self._network_opts)
+        listen = opts.pop("listen", True)
+        if "security" not in opts:
+            from .security import ClusterSecurity
 
-            self._network_opts["security"] = ClusterSecurity.from_env()  # None when unset
+            opts["security"] = ClusterSecurity.from_env()  # None when unset
         if listen:
-            from .network import RelayNetwork  # MoQT side; late so the core stays Ray-testable
+            from .downstream import RelayNetwork  # MoQT side; late so the core stays Ray-testable
 
-            self._net = RelayNetwork(
-                node_id=self.node_id, host=self.host, port=self.port, **self._network_opts
-            )
+            self._net = RelayNetwork(node_id=self.node_id, host=self.host, port=self.port, **opts)
         self.relay = Relay(
             node_id=self.node_id,
             cache=RelayCache(self.budget_bytes, RayGroupStore()),
-            directory=dclient,
+            directory=self._dclient,
             connect=self._net.connect if self._net is not None else None,
         )
         if self._net is not None:
             self.port = await self._net.start(self.relay)
-        info = NodeInfo(node_id=self.node_id, host=self.host, port=self.port)
-        if dclient is not None:
-            await dclient.register_node(info)
+        info = self._info()
+        if self._dclient is not None:
+            epoch = await self._dclient.epoch()
+            await self._dclient.register_node(info, fresh=True)  # our cache is empty
+            self._heartbeat = asyncio.get_running_loop().create_task(self._keep_directory(epoch))
         return info
+
+    def _info(self) -> NodeInfo:
+        return NodeInfo(node_id=self.node_id, host=self.host, port=self.port)
+
+    async def _keep_directory(self, epoch: str) -> None:
+        """Heartbeat: when the directory comes back empty (new epoch), register again and
+        re-announce every sealed group this relay holds."""
+        assert self._dclient is not None and self.relay is not None
+        while True:
+            await asyncio.sleep(self._heartbeat_s)
+            try:
+                now = await asyncio.wait_for(self._dclient.epoch(), 10 * self._heartbeat_s)
+                if now != epoch:
+                    await self._dclient.register_node(self._info(), fresh=True)
+                    await self.relay.announce_all()
+                    epoch = now
+            except (TimeoutError, ray.exceptions.RayError):
+                continue  # restarting or busy: try again next beat
+
+    async def _ready(self) -> Relay:
+        if self.relay is None:
+            await self.start()
+        assert self.relay is not None
+        return self.relay
 
     # ---- in-node API -------------------------------------------------------------------------
 
@@ -301,21 +393,27 @@ class RelayActor:
         namespace: Sequence[str | bytes] | str,
         track: str | bytes,
         group_id: int,
-        objects: Sequence[bytes | CachedObject],
+        objects: Sequence[bytes | memoryview | MoqtObject] | Group,
         *,
         end_of_track: bool = False,
         chunk_hash: bytes | None = None,
     ) -> None:
-        """Publish one complete group (payloads, or CachedObjects for full control)."""
-        objs = [
-            o if isinstance(o, CachedObject) else CachedObject(object_id=i, payload=o)
-            for i, o in enumerate(objects)
-        ]
-        await self._relay().publish_group(
+        """Publish one complete group: payloads (object ids 0..n-1), objects (CachedObject /
+        MoqtObject), or one :class:`~ray_kvmoq.moqt.objects.Group` (one buffer + offsets)."""
+        relay = await self._ready()
+        if isinstance(objects, Group):
+            group = objects if objects.group_id == group_id else _regroup(objects, group_id)
+        else:
+            objs = [
+                o if isinstance(o, MoqtObject) else MoqtObject(object_id=i, payload=o)
+                for i, o in enumerate(objects)
+            ]
+            group = Group.pack(group_id, objs)
+        await relay.publish_group(
             as_namespace(namespace),
             as_track(track),
             group_id,
-            objs,
+            group,
             end_of_track=end_of_track,
             chunk_hash=chunk_hash,
         )
@@ -324,13 +422,13 @@ class RelayActor:
         self, namespace: Sequence[str | bytes] | str, track: str | bytes, last_group: int
     ) -> None:
         """Mark a track complete after ``last_group``."""
-        self._relay().end_track(as_namespace(namespace), as_track(track), last_group)
+        (await self._ready()).end_track(as_namespace(namespace), as_track(track), last_group)
 
     async def lookup(
         self, namespace: Sequence[str | bytes] | str, track: str | bytes
     ) -> dict[str, Any]:
         """What this node caches of a track (groups, sealed, largest, end_of_track, live)."""
-        return self._relay().lookup(as_namespace(namespace), as_track(track))
+        return (await self._ready()).lookup(as_namespace(namespace), as_track(track))
 
     async def get_group_ref(
         self,
@@ -348,20 +446,41 @@ class RelayActor:
         not have published it); ``timeout_s``: give up on the whole pull (RelayError 0x2), so a
         caller can fall back to recomputing instead of waiting on a slow peer.
         """
+        refs = await self.get_group_refs(
+            namespace, track, [group_id], wait_s=wait_s, timeout_s=timeout_s
+        )
+        return refs[0]
+
+    async def get_group_refs(
+        self,
+        namespace: Sequence[str | bytes] | str,
+        track: str | bytes,
+        group_ids: Sequence[int],
+        *,
+        wait_s: float = 0.0,
+        timeout_s: float | None = 30.0,
+    ) -> list[Any]:
+        """ObjectRefs to several sealed groups, in ``group_ids`` order; the missing ones are
+        pulled in one pipelined batch (range FETCHes, many groups in flight). Errors as
+        :meth:`get_group_ref` (the first group that cannot be had fails the call)."""
         ns, tr = as_namespace(namespace), as_track(track)
-        relay = self._relay()
+        relay = await self._ready()
+        ids = list(group_ids)
 
         async def pull() -> None:
-            await _retry_missing(lambda: relay.get_group(ns, tr, group_id), wait_s)
+            await _retry_missing(lambda: relay.ensure_groups(ns, tr, ids), wait_s)
 
-        try:
-            await asyncio.wait_for(pull(), timeout_s)
-        except TimeoutError:
-            raise RelayError(TIMEOUT, f"group {group_id}: no answer in {timeout_s} s") from None
-        handle = relay.cache.group_handle(ns, tr, group_id, time.monotonic())
-        if handle is None:
-            raise RelayError(TRACK_DOES_NOT_EXIST, f"group {group_id} was evicted before use")
-        return handle[0]
+        for _ in range(3):  # a group evicted between its arrival and this read: pull it again
+            try:
+                await asyncio.wait_for(pull(), timeout_s)
+            except TimeoutError:
+                raise RelayError(
+                    TIMEOUT, f"groups {ids[:4]}...: no answer in {timeout_s} s"
+                ) from None
+            handles = [relay.cache.group_handle(ns, tr, g, time.monotonic()) for g in ids]
+            if all(h is not None for h in handles):
+                return [h[0] for h in handles]
+        raise RelayError(TRACK_DOES_NOT_EXIST, "groups were evicted before use (budget too small)")
 
     async def subscribe_groups(
         self,
@@ -375,7 +494,7 @@ class RelayActor:
         group completes (cached ones first), then ``{"end": True}``. Raises RelayError when
         the track cannot be found within ``wait_s`` or its upstream fails."""
         ns, tr = as_namespace(namespace), as_track(track)
-        relay = self._relay()
+        relay = await self._ready()
         sub = await _retry_missing(
             lambda: relay.open_subscription(ns, tr, start_group=start_group), wait_s
         )
@@ -405,31 +524,48 @@ class RelayActor:
 
     async def flush_directory(self) -> None:
         """Wait until the directory has seen every seal and eviction so far."""
-        await self._relay().flush_directory()
+        await (await self._ready()).flush_directory()
+
+    async def reannounce(self) -> int:
+        """Register again and report every sealed group to the directory (what the heartbeat
+        does when the directory restarted); returns the number of groups."""
+        relay = await self._ready()
+        if self._dclient is None:
+            return 0
+        await self._dclient.register_node(self._info(), fresh=True)
+        return await relay.announce_all()
 
     async def stats(self) -> dict[str, int]:
         """Cache and transfer counters."""
-        return self._relay().stats()
+        return (await self._ready()).stats()
+
+    async def get_incarnation(self) -> str:
+        """Random id of this relay process (changes when Ray restarts the actor)."""
+        return self.incarnation
 
     async def address(self) -> NodeInfo:
         """Where this relay's MoQT server listens."""
-        return NodeInfo(node_id=self.node_id, host=self.host, port=self.port)
+        await self._ready()
+        return self._info()
 
     async def ping(self) -> str:
-        """Liveness probe (the directory's watchdog)."""
+        """Liveness probe (the directory's watchdog); starts a restarted relay."""
+        await self._ready()
         return self.node_id
 
     async def shutdown(self) -> None:
         """Close the MoQT server, the peer sessions and the relay."""
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
         if self._net is not None:
             await self._net.close()
         if self.relay is not None:
             await self.relay.close()
 
-    def _relay(self) -> Relay:
-        if self.relay is None:
-            raise RuntimeError("RelayActor.start() has not run")
-        return self.relay
+
+def _regroup(group: Group, group_id: int) -> Group:
+    """``group``'s objects under another group id (no copy of the buffer)."""
+    return Group(group_id, group.buffer, group.table, group.extensions)
 
 
 def start_relays(
@@ -442,20 +578,26 @@ def start_relays(
     timeout_s: float = 60.0,
     name_prefix: str = "kvmoq_relay_",
     namespace: str | None = None,
+    detached: bool = True,
 ) -> dict[str, Any]:
     """Start (or find) one pinned relay per node and the directory; returns node id → handle.
 
-    ``security`` is a :class:`~.peers.ClusterSecurity` (cluster CA + token keys). None: each
+    ``security`` is a :class:`~.security.ClusterSecurity` (cluster CA + token keys). None: each
     relay derives it from ``$KVMOQ_CLUSTER_SECRET`` (hex, same on every node; pass it in the
-    job's ``runtime_env``) if set, else its sessions use self-signed certificates, no tokens. ``network`` holds extra
-    :class:`~.network.RelayNetwork` options (``idle_timeout_s``, ``transport_options``).
-    Synchronous driver-side helper (the serving app's builder or a test); the directory is
-    owned by the caller.
+    job's ``runtime_env``) if set, else its sessions use self-signed certificates, no tokens.
+    ``network`` holds extra :class:`~.downstream.RelayNetwork` options (``idle_timeout_s``,
+    ``transport_options``). Relays and directory are detached and restartable (they survive
+    the caller; see the module docstring) unless ``detached=False``. Idempotent: existing
+    named relays are returned as they are (their options are not changed). Synchronous
+    driver-side helper (the serving app's builder or a test).
     """
     network = {**(network or {}), **({"security": security} if security is not None else {})}
-    directory = get_directory(namespace=namespace)
+    directory = get_directory(namespace=namespace, detached=detached)
     if node_ids is None:
         node_ids = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+    opts: dict[str, Any] = {"max_restarts": -1}
+    if detached:
+        opts["lifetime"] = "detached"
     handles = {}
     for node_id in node_ids:
         handles[node_id] = RelayActor.options(  # type: ignore[attr-defined]
@@ -464,6 +606,7 @@ def start_relays(
             get_if_exists=True,
             num_cpus=0,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+            **opts,
         ).remote(
             port=port,
             budget_bytes=budget_bytes,

@@ -51,6 +51,9 @@ class NodeInfo:
     """IP the relay's MoQT server is bound to."""
     port: int
     """UDP port of the relay's MoQT server."""
+    data_ports: tuple[int, ...] = ()
+    """UDP ports of the relay's data-plane processes (same host), one QUIC endpoint each;
+    empty when the relay serves FETCH on ``port`` itself."""
 
 
 @dataclass
@@ -70,8 +73,11 @@ class Directory:
 
     # ---- feeding -------------------------------------------------------------------------
 
-    def register_node(self, info: NodeInfo) -> None:
-        """Record (or update) where a node's relay listens."""
+    def register_node(self, info: NodeInfo, *, fresh: bool = False) -> None:
+        """Record (or update) where a node's relay listens; ``fresh``: the relay (re)started
+        with an empty cache, so forget every group recorded for it before."""
+        if fresh:
+            self.remove_node(info.node_id)
         self._nodes.setdefault(info.node_id, _NodeState()).info = info
 
     def add_groups(

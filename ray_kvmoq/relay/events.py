@@ -1,7 +1,7 @@
 """What the relay core exchanges with its callers and upstreams: track events, the
 :class:`Upstream` and :class:`DirectoryClient` protocols, :class:`RelayError`, name helpers.
 
-No I/O here; :mod:`.relay` is the core, :mod:`.peers` implements :class:`Upstream` over MoQT,
+No I/O here; :mod:`.relay` is the core, :mod:`.upstream` implements :class:`Upstream` over MoQT,
 ``actor.py`` implements :class:`DirectoryClient` over the directory actor.
 """
 
@@ -11,7 +11,8 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from .cache import CachedObject
+from ray_kvmoq.moqt.objects import Group, MoqtObject
+
 from .directory import Directory, NodeInfo
 
 __all__ = [
@@ -56,7 +57,7 @@ class ObjectReceived:
 
     group_id: int
     """Group the object belongs to."""
-    obj: CachedObject
+    obj: MoqtObject
     """The object, exactly as published."""
 
 
@@ -81,16 +82,19 @@ class Upstream(Protocol):
 
     Both methods return once the upstream accepted the request (SUBSCRIBE_OK / FETCH_OK) and
     raise :class:`RelayError` if it refused; the iterator then raises RelayError on failure.
+    ``parallelism`` (optional attribute, default 1): how many ``fetch_groups`` calls the
+    upstream serves at once without queueing them (its number of connections).
     """
 
     async def subscribe(self, namespace: Namespace, track: bytes) -> AsyncIterator[TrackEvent]:
         """Every object of the track from the start, live."""
         ...
 
-    async def fetch(
-        self, namespace: Namespace, track: bytes, start: tuple[int, int], end: tuple[int, int]
-    ) -> AsyncIterator[tuple[int, CachedObject]]:
-        """Objects in the FETCH range [start, end) (end object 0 = whole group)."""
+    async def fetch_groups(
+        self, namespace: Namespace, track: bytes, first: int, last: int
+    ) -> AsyncIterator[Group]:
+        """The complete groups ``first..last`` (inclusive) the upstream has, ascending, each as
+        one :class:`~ray_kvmoq.moqt.objects.Group` (one FETCH for the whole range)."""
         ...
 
 

@@ -1,67 +1,45 @@
-"""Sealed groups as flat numpy buffers, the form they take in the Ray object store.
+"""A sealed group in the form it takes in the Ray object store: one
+:class:`~ray_kvmoq.moqt.objects.Group`.
 
-A sealed group becomes one :class:`PackedGroup`: every payload concatenated into one ``uint8``
-array, an ``int64`` table with one row per object (object id, status, priority, subgroup,
-offset, length), and a tuple of the (rare) extension headers. Numpy arrays inside a tuple go
-through Ray's pickle-5 out-of-band path, so ``ray.get`` on the same node maps them from shared
-memory without a copy, and :func:`unpack_group` hands out payloads as read-only
-``memoryview`` slices of that one buffer. No ``ray`` here: ``actor.py`` does the ``put``.
+``PackedGroup`` *is* :class:`~ray_kvmoq.moqt.objects.Group` (one type from the MoQT API to the
+object store): every payload back to back in one buffer, one row per object (object id,
+status, priority, subgroup, offset, length) and each object's extension headers. Pickled with
+protocol 5 (Ray) the buffer travels out of band, so ``ray.get`` on the same node maps it from
+shared memory without a copy, and :func:`unpack_group` hands out payloads as read-only
+``memoryview`` slices of that one buffer.
 
-Invariant: ``unpack_group(pack_group(objs)) == objs`` for any list of :class:`CachedObject`.
+What changed for readers of the earlier numpy form: ``packed.payload`` (alias
+``packed.buffer``) is a flat byte ``memoryview`` (read-only from the store: check
+``.readonly``, not ``.flags.writeable``; wrap it with ``numpy.frombuffer`` for an array, still
+without a copy); ``packed.table`` is a tuple of row tuples; :func:`unpack_group` returns
+:class:`~ray_kvmoq.moqt.objects.MoqtObject` s (``CachedObject`` is the same class), each with
+``.payload`` (bytes-like) and ``.extensions`` (tuple of (type, value)) as before, plus
+``.group``. No ``ray`` here: ``actor.py`` does the ``put``.
+
+Invariant: ``unpack_group(pack_group(objs))`` equals ``objs`` (payloads by value).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
 
-import numpy as np
-
-from .cache import CachedObject
+from ray_kvmoq.moqt.objects import Group, MoqtObject
 
 __all__ = ["PackedGroup", "pack_group", "unpack_group"]
 
-_COLS = 6  # object_id, status, priority, subgroup_id, offset, length
+PackedGroup = Group
+"""The object-store form of a sealed group (the same class as ``moqt.objects.Group``)."""
 
 
-class PackedGroup(NamedTuple):
-    """One sealed group: payload bytes, per-object table, extensions."""
+def pack_group(objects: Sequence[MoqtObject], group_id: int | None = None) -> Group:
+    """Flatten a group into one buffer (one copy of the payload bytes).
 
-    payload: np.ndarray
-    """All payloads back to back (``uint8``)."""
-    table: np.ndarray
-    """``int64[n, 6]``: object id, status, priority, subgroup id, offset, length."""
-    extensions: tuple[tuple[tuple[int, int | bytes], ...], ...]
-    """Extension headers of each object, in row order."""
+    ``group_id`` defaults to the first object's ``group``.
+    """
+    gid = group_id if group_id is not None else (objects[0].group if objects else 0)
+    return Group.pack(gid, objects)
 
 
-def pack_group(objects: Sequence[CachedObject]) -> PackedGroup:
-    """Flatten a group (one copy of the payload bytes)."""
-    sizes = [len(o.payload) for o in objects]
-    payload = np.empty(sum(sizes), dtype=np.uint8)
-    table = np.empty((len(objects), _COLS), dtype=np.int64)
-    off = 0
-    for i, (o, n) in enumerate(zip(objects, sizes, strict=True)):
-        payload[off : off + n] = np.frombuffer(o.payload, dtype=np.uint8)
-        table[i] = (o.object_id, o.status, o.priority, o.subgroup_id, off, n)
-        off += n
-    return PackedGroup(payload, table, tuple(o.extensions for o in objects))
-
-
-def unpack_group(packed: PackedGroup) -> list[CachedObject]:
-    """The objects of a packed group; payloads are views of ``packed.payload`` (no copy)."""
-    view = packed.payload.data.cast("B")
-    out = []
-    for row, ext in zip(packed.table.tolist(), packed.extensions, strict=True):
-        oid, status, prio, sub, off, n = row
-        out.append(
-            CachedObject(
-                object_id=oid,
-                payload=view[off : off + n],
-                status=status,
-                extensions=ext,
-                priority=prio,
-                subgroup_id=sub,
-            )
-        )
-    return out
+def unpack_group(packed: Group) -> list[MoqtObject]:
+    """The objects of a packed group; payloads are views of its buffer (no copy)."""
+    return packed.objects()

@@ -2,26 +2,37 @@
 
 Transport-agnostic asyncio logic. It is driven from three sides:
 
-* **in-node publishers** (prefill, via the Ray actor) call :meth:`Relay.publish_group` /
+* **in-node publishers** (prefill, via the Ray actor) call :meth:`Relay.publish_group` (a
+  whole group: objects, or one :class:`~ray_kvmoq.moqt.objects.Group`) or
   :meth:`Relay.publish_object`;
-* **downstream readers** — in-node actors, or MoQT sessions through ``relay/server.py`` — call
+* **downstream readers** — in-node actors, or MoQT sessions through ``downstream.py`` — call
   :meth:`Relay.subscribe` (live: cached groups first, then new ones as they arrive, then
-  :class:`TrackEnded`), :meth:`Relay.get_group` and :meth:`Relay.fetch`;
-* **upstreams** are anything implementing :class:`Upstream` (a MoQT session to a peer relay, or
-  an external publisher's session that sent PUBLISH_NAMESPACE). Routing order for a track the
-  cache cannot answer: a local live track, then an announced publisher whose namespace is a
-  field-wise prefix, then a peer relay the :class:`DirectoryClient` names.
+  :class:`TrackEnded`), :meth:`Relay.get_group`, :meth:`Relay.ensure_groups` and
+  :meth:`Relay.fetch`;
+* **upstreams** are anything implementing :class:`Upstream` (a MoQT session to a peer relay, a
+  striped set of data-plane connections, or an external publisher's session that sent
+  PUBLISH_NAMESPACE). Routing order for a track the cache cannot answer: a local live track,
+  then an announced publisher whose namespace is a field-wise prefix, then a peer relay the
+  :class:`DirectoryClient` names.
+
+Pulls are pipelined: :meth:`Relay.ensure_groups` asks for every missing group at once, as
+range FETCHes of up to ``fetch_chunk`` groups with up to ``fetch_window`` requests in flight
+per upstream connection (``Upstream.parallelism``), so no group waits for the previous one's
+round trip. ``stats()["max_groups_in_flight"]`` records how deep the pipeline ran.
 
 Invariants (draft-14 §8 aggregation, docs/moqt-draft14.md §5):
 
 * at most one upstream subscription per track, whatever the number of downstream subscribers;
-  its objects fill the cache once (``upstream_bytes`` counts them) and fan out to every queue;
-* concurrent pulls of one group merge into one upstream FETCH (:class:`~.cache.InFlight`);
+  its objects fill the cache once and fan out to every queue; ``upstream_bytes`` counts every
+  payload byte received from upstream, duplicates included;
+* concurrent pulls of one group merge into one upstream request (:class:`~.cache.InFlight`);
 * a subscriber registers its queue and snapshots the cache in one step (no ``await`` between),
   so it sees every object exactly once, in order per group;
 * an upstream failure reaches every waiting subscriber as :class:`RelayError` and drops the
   live entry, so the next subscriber routes afresh;
-* every group the cache seals or evicts is reported to the directory (batched, in order).
+* every group the cache seals or evicts is reported to the directory (batched, in order);
+* a track's live entry is dropped once it has ended (or lost every cached group) and nobody
+  watches it, so finished prompts hold no state; the cache's byte budget bounds the rest.
 """
 
 from __future__ import annotations
@@ -32,10 +43,12 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+from ray_kvmoq.moqt.objects import Group, MoqtObject
+
 from .cache import (
     OBJECT_END_OF_GROUP,
     OBJECT_END_OF_TRACK,
-    CachedObject,
+    CacheFull,
     GroupKey,
     InFlight,
     RelayCache,
@@ -87,6 +100,17 @@ def _prefix_of(prefix: Namespace, namespace: Namespace) -> bool:
     return len(prefix) <= len(namespace) and namespace[: len(prefix)] == prefix
 
 
+def _chunks(group_ids: Sequence[int], size: int) -> list[list[int]]:
+    """Split ascending ids into runs of consecutive ids, each at most ``size`` long."""
+    out: list[list[int]] = []
+    for gid in group_ids:
+        if out and gid == out[-1][-1] + 1 and len(out[-1]) < size:
+            out[-1].append(gid)
+        else:
+            out.append([gid])
+    return out
+
+
 class Relay:
     """A node's relay. All methods run on one asyncio loop."""
 
@@ -99,6 +123,8 @@ class Relay:
         connect: Callable[[NodeInfo], Awaitable[Upstream]] | None = None,
         clock: Callable[[], float] = time.monotonic,
         queue_limit: int = 0,
+        fetch_chunk: int = 8,
+        fetch_window: int = 2,
     ) -> None:
         self.node_id = node_id
         self.cache = cache
@@ -106,17 +132,25 @@ class Relay:
         self._connect = connect
         self._clock = clock
         self._queue_limit = queue_limit
+        self.fetch_chunk = fetch_chunk
+        """Most groups one upstream FETCH asks for."""
+        self.fetch_window = fetch_window
+        """FETCH requests in flight per upstream connection during a pull."""
         self._live: dict[tuple[Namespace, bytes], _Live] = {}
         self._publishers: dict[Namespace, Upstream] = {}
         self._group_waiters: dict[GroupKey, list[asyncio.Future[None]]] = {}
         self._pulls: InFlight[GroupKey, asyncio.Future[None]] = InFlight()
+        self._pull_leaders: dict[GroupKey, asyncio.Future[None]] = {}
         self._hashes: dict[GroupKey, bytes] = {}
         self._dir_queue: list[tuple[str, GroupKey]] = []
         self._dir_task: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
         self.upstream_bytes = 0
         self.upstream_subscriptions = 0
         self.upstream_fetches = 0
         self.delivered_bytes = 0
+        self.groups_in_flight = 0
+        self.max_groups_in_flight = 0
 
     # ---- in-node publishing ------------------------------------------------------------------
 
@@ -125,24 +159,23 @@ class Relay:
         namespace: Namespace,
         track: bytes,
         group_id: int,
-        objects: Sequence[CachedObject],
+        objects: Sequence[MoqtObject] | Group,
         *,
         end_of_track: bool = False,
         chunk_hash: bytes | None = None,
     ) -> None:
-        """Publish one complete group (objects in ascending id) and optionally end the track."""
+        """Publish one complete group (objects in ascending id, or one Group) and optionally
+        end the track. Raises RelayError (INTERNAL_ERROR) when it cannot fit the budget."""
         live = self._live.setdefault((namespace, track), _Live())
         live.local = True
         if chunk_hash is not None:
             self._hashes[(namespace, track, group_id)] = chunk_hash
-        for obj in objects:
-            self._ingest_object(namespace, track, group_id, obj)
-        self._ingest_group_end(namespace, track, group_id)
+        self._ingest_group(namespace, track, group_id, objects)
         if end_of_track:
             self._ingest_track_end(namespace, track, group_id)
 
     def publish_object(
-        self, namespace: Namespace, track: bytes, group_id: int, obj: CachedObject
+        self, namespace: Namespace, track: bytes, group_id: int, obj: MoqtObject
     ) -> None:
         """Publish one object of an open group (use :meth:`end_group` to complete it)."""
         self._live.setdefault((namespace, track), _Live()).local = True
@@ -232,60 +265,66 @@ class Relay:
 
     async def get_group(
         self, namespace: Namespace, track: bytes, group_id: int
-    ) -> list[CachedObject]:
+    ) -> list[MoqtObject]:
         """A complete group: from the cache, after a local publisher finishes it, or pulled
-        from a peer (one upstream FETCH however many callers ask at once)."""
-        gkey: GroupKey = (namespace, track, group_id)
-        while True:
-            if self.cache.is_sealed(namespace, track, group_id):
-                objs = self.cache.get_group(namespace, track, group_id, self._clock())
-                if objs is not None:
-                    self.delivered_bytes += sum(o.size for o in objs)
-                    return objs
-            live = self._live.get((namespace, track))
-            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            if self._coming(namespace, track, group_id, live):
-                # the group is coming on a live track (local publisher or upstream subscription)
-                self._group_waiters.setdefault(gkey, []).append(fut)
-                await fut
+        from a peer (one upstream request however many callers ask at once)."""
+        for _ in range(3):  # a group evicted between its arrival and this read is pulled again
+            await self.ensure_groups(namespace, track, [group_id])
+            objs = self.cache.get_group(namespace, track, group_id, self._clock())
+            if objs is not None:
+                self.delivered_bytes += sum(o.size for o in objs)
+                return objs
+        raise RelayError(TRACK_DOES_NOT_EXIST, f"group {group_id} was evicted before use")
+
+    async def ensure_groups(
+        self, namespace: Namespace, track: bytes, group_ids: Sequence[int]
+    ) -> None:
+        """Return once every group in ``group_ids`` is sealed in the cache: cached ones at once,
+        ones a live track is still delivering when they complete, the rest pulled upstream in
+        one pipelined batch. Raises :class:`RelayError` if any of them cannot be had."""
+        loop = asyncio.get_running_loop()
+        waits: list[tuple[int, asyncio.Future[None]]] = []
+        lead: list[int] = []
+        live = self._live.get((namespace, track))
+        for gid in sorted(set(group_ids)):
+            if self.cache.is_sealed(namespace, track, gid):
                 continue
-            if self._pulls.join(gkey, fut):
-                try:
-                    await self._pull_group(namespace, track, group_id)
-                except BaseException as exc:
-                    for w in self._pulls.finish(gkey):
-                        if w.done():
-                            continue
-                        if isinstance(exc, asyncio.CancelledError):
-                            w.cancel()
-                        else:
-                            w.set_exception(exc)
-                    raise
-                for w in self._pulls.finish(gkey):
-                    if not w.done():
-                        w.set_result(None)
-            else:
-                await fut
-            if not self.cache.is_sealed(namespace, track, group_id):
-                raise RelayError(TRACK_DOES_NOT_EXIST, f"group {group_id} is not available")
+            gkey: GroupKey = (namespace, track, gid)
+            fut: asyncio.Future[None] = loop.create_future()
+            if self._coming(namespace, track, gid, live):
+                self._group_waiters.setdefault(gkey, []).append(fut)
+            elif self._pulls.join(gkey, fut):
+                lead.append(gid)
+                self._pull_leaders[gkey] = fut
+            waits.append((gid, fut))
+        if lead:
+            task = loop.create_task(self._pull_groups(namespace, track, lead))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        for gid, fut in waits:
+            await fut
+            if not self.cache.is_sealed(namespace, track, gid):
+                raise RelayError(TRACK_DOES_NOT_EXIST, f"group {gid} is not available")
 
     async def fetch(
         self, namespace: Namespace, track: bytes, start: tuple[int, int], end: tuple[int, int]
-    ) -> list[tuple[int, CachedObject]]:
+    ) -> list[tuple[int, MoqtObject]]:
         """Objects of the FETCH range [start, end): complete groups from the cache, missing
-        ones pulled upstream group by group."""
+        ones pulled upstream (pipelined). A range that runs past what exists ends early."""
         objs, complete = self.cache.read_range(namespace, track, start, end, self._clock())
         if not complete:
             _, eot = self.cache.track_info(namespace, track)
             last = end[0] if eot is None else min(end[0], eot[0])
-            for gid in range(start[0], last + 1):
-                if not self.cache.is_sealed(namespace, track, gid):
-                    try:
-                        await self.get_group(namespace, track, gid)
-                    except RelayError:
-                        if gid == start[0]:
-                            raise
-                        break
+            missing = [
+                g
+                for g in range(start[0], last + 1)
+                if not self.cache.is_sealed(namespace, track, g)
+            ]
+            try:
+                await self.ensure_groups(namespace, track, missing)
+            except RelayError:
+                if not self.cache.is_sealed(namespace, track, start[0]):
+                    raise  # nothing from the start on: refuse; else serve what exists
             objs, _ = self.cache.read_range(namespace, track, start, end, self._clock())
         if not objs:
             raise RelayError(TRACK_DOES_NOT_EXIST, "no objects in range")
@@ -293,7 +332,7 @@ class Relay:
         return objs
 
     def stats(self) -> dict[str, int]:
-        """Counters: cache hits/misses/bytes/evictions, upstream and delivered bytes."""
+        """Counters: cache hits/misses/bytes/evictions, upstream and delivered bytes, pulls."""
         c = self.cache.counters
         return {
             "hits": c.hits,
@@ -302,12 +341,17 @@ class Relay:
             "bytes_out": c.bytes_out,
             "evictions": c.evictions,
             "evicted_bytes": c.evicted_bytes,
+            "refused_bytes": c.refused_bytes,
             "bytes_cached": self.cache.bytes_cached,
+            "budget_bytes": self.cache.budget_bytes,
             "upstream_bytes": self.upstream_bytes,
             "upstream_subscriptions": self.upstream_subscriptions,
             "upstream_fetches": self.upstream_fetches,
             "delivered_bytes": self.delivered_bytes,
             "live_tracks": len(self._live),
+            "cached_tracks": sum(1 for _ in self.cache.tracks()),
+            "groups_in_flight": self.groups_in_flight,
+            "max_groups_in_flight": self.max_groups_in_flight,
         }
 
     async def flush_directory(self) -> None:
@@ -317,14 +361,25 @@ class Relay:
                 self._dir_task = asyncio.create_task(self._report())
             await asyncio.shield(self._dir_task)
 
+    async def announce_all(self) -> int:
+        """Report every sealed group to the directory again (a new directory starts empty);
+        returns how many were queued."""
+        keys = list(self.cache.sealed_groups())
+        for key in keys:
+            self._queue_report("add", key)
+        await self.flush_directory()
+        return len(keys)
+
     async def close(self) -> None:
-        """Cancel upstream subscriptions and fail waiting subscribers."""
+        """Cancel upstream subscriptions and pulls, fail waiting subscribers."""
         for live in list(self._live.values()):
             if live.upstream is not None:
                 live.upstream.cancel()
             for q in live.queues:
                 q.put_nowait(RelayError(INTERNAL_ERROR, "relay closing"))
         self._live.clear()
+        for task in list(self._tasks):
+            task.cancel()
         if self._dir_task is not None:
             self._dir_task.cancel()
             with contextlib.suppress(BaseException):
@@ -341,16 +396,41 @@ class Relay:
         largest, _ = self.cache.track_info(ns, track)
         return largest is None or gid > largest[0]  # an older group was evicted: pull it
 
-    def _ingest_object(self, ns: Namespace, track: bytes, gid: int, obj: CachedObject) -> None:
+    def _budget_error(self, exc: CacheFull) -> RelayError:
+        return RelayError(INTERNAL_ERROR, f"relay cache full: {exc}")
+
+    def _ingest_object(self, ns: Namespace, track: bytes, gid: int, obj: MoqtObject) -> None:
         if self.cache.knows(ns, track, gid, obj.object_id):
             return
-        evicted = self.cache.put_object(ns, track, gid, obj, self._clock())
+        try:
+            evicted = self.cache.put_object(ns, track, gid, obj, self._clock())
+        except CacheFull as exc:
+            raise self._budget_error(exc) from None
         self._evicted(evicted)
         self._fan_out((ns, track), ObjectReceived(group_id=gid, obj=obj))
         if obj.status in (OBJECT_END_OF_GROUP, OBJECT_END_OF_TRACK):
             self._sealed(ns, track, gid)
         if obj.status == OBJECT_END_OF_TRACK:
             self._ingest_track_end(ns, track, gid)
+
+    def _ingest_group(
+        self, ns: Namespace, track: bytes, gid: int, objects: Sequence[MoqtObject] | Group
+    ) -> None:
+        """A whole group at once: one store put, then its objects and its end fan out."""
+        if self.cache.is_sealed(ns, track, gid):
+            self.cache.put_group(ns, track, gid, objects, self._clock())  # checks duplicates
+            return
+        group = objects if isinstance(objects, Group) else Group.pack(gid, objects)
+        try:
+            evicted = self.cache.put_group(ns, track, gid, group, self._clock())
+        except CacheFull as exc:
+            raise self._budget_error(exc) from None
+        self._evicted(evicted)
+        live = self._live.get((ns, track))
+        if live is not None and live.queues:
+            for obj in group.objects():
+                self._fan_out((ns, track), ObjectReceived(group_id=gid, obj=obj))
+        self._sealed(ns, track, gid)
 
     def _ingest_group_end(self, ns: Namespace, track: bytes, gid: int) -> None:
         if self.cache.is_sealed(ns, track, gid):
@@ -362,13 +442,13 @@ class Relay:
         live = self._live.get((ns, track))
         if live is not None and live.ended:
             return
-        self.cache.end_track(ns, track, last_group, self._clock())
         for gid in self.cache.cached_groups(ns, track):
             if not self.cache.is_sealed(ns, track, gid):
                 # nothing can join a group once the track ended (publishers that FIN groups
                 # without an End of Group status get their groups completed here)
                 self._evicted(self.cache.seal_group(ns, track, gid, self._clock()))
                 self._sealed(ns, track, gid)
+        self.cache.end_track(ns, track, last_group, self._clock())
         if live is not None:
             live.ended = True
         self._fan_out((ns, track), TrackEnded())
@@ -387,9 +467,19 @@ class Relay:
         self._queue_report("add", (ns, track, gid))
 
     def _evicted(self, keys: list[GroupKey]) -> None:
-        for key in keys:
+        for key in [*keys, *self.cache.drain_evicted()]:
             self._hashes.pop(key, None)
             self._queue_report("remove", key)
+            ns, track, _ = key
+            live = self._live.get((ns, track))
+            if (
+                live is not None
+                and not live.queues
+                and live.upstream is None
+                and not self.cache.has_track(ns, track)
+                and not any(k[:2] == (ns, track) for k in self._group_waiters)
+            ):
+                del self._live[(ns, track)]  # nothing held, nobody watching: forget the track
 
     def _fan_out(self, key: tuple[Namespace, bytes], ev: TrackEvent) -> None:
         live = self._live.get(key)
@@ -469,8 +559,7 @@ class Relay:
         try:
             async for ev in events:
                 if isinstance(ev, ObjectReceived):
-                    if not self.cache.knows(ns, track, ev.group_id, ev.obj.object_id):
-                        self.upstream_bytes += ev.obj.size
+                    self.upstream_bytes += ev.obj.size  # every byte that crossed, duplicates too
                     self._ingest_object(ns, track, ev.group_id, ev.obj)
                 elif isinstance(ev, GroupEnded):
                     self._ingest_group_end(ns, track, ev.group_id)
@@ -503,7 +592,11 @@ class Relay:
                     fut.set_exception(exc)
 
     def _maybe_stop_upstream(self, key: tuple[Namespace, bytes], live: _Live) -> None:
-        if live.queues or live.local:
+        if live.queues:
+            return
+        if live.local:
+            if live.ended and self._live.get(key) is live:
+                del self._live[key]  # a finished local track nobody watches any more
             return
         if live.upstream is not None and not live.ended:
             if any(k[:2] == key for k in self._group_waiters):
@@ -513,19 +606,78 @@ class Relay:
         if self._live.get(key) is live:
             del self._live[key]
 
-    async def _pull_group(self, ns: Namespace, track: bytes, gid: int) -> None:
-        up = await self._resolve(ns, track)
+    async def _pull_groups(self, ns: Namespace, track: bytes, gids: list[int]) -> None:
+        """Pull ``gids`` (whose waiters this call leads) with pipelined range FETCHes."""
+        keys = {gid: (ns, track, gid) for gid in gids}
+        issued: set[int] = set()
+        try:
+            up = await self._resolve(ns, track)
+            window = self.fetch_window * max(1, int(getattr(up, "parallelism", 1)))
+            sem = asyncio.Semaphore(window)
+
+            async def one(chunk: list[int]) -> None:
+                async with sem:
+                    issued.update(chunk)
+                    self._note_in_flight(len(chunk))
+                    await self._fetch_chunk(up, ns, track, chunk, keys)
+
+            await asyncio.gather(*(one(c) for c in _chunks(gids, self.fetch_chunk)))
+            error: BaseException = RelayError(TRACK_DOES_NOT_EXIST, "not on the upstream")
+        except BaseException as exc:
+            error = exc
+            if not isinstance(exc, (RelayError, asyncio.CancelledError)):
+                error = RelayError(INTERNAL_ERROR, f"upstream pull failed: {exc!r}")
+        for gid in list(keys):  # whatever did not arrive: wake its waiters (they re-check)
+            self._finish_pull(keys.pop(gid), error, in_flight=gid in issued)
+        if isinstance(error, asyncio.CancelledError):
+            raise error
+
+    async def _fetch_chunk(
+        self,
+        up: Upstream,
+        ns: Namespace,
+        track: bytes,
+        chunk: list[int],
+        keys: dict[int, GroupKey],
+    ) -> None:
         self.upstream_fetches += 1
-        got = False
-        async for g, obj in await up.fetch(ns, track, (gid, 0), (gid, 0)):
-            if g != gid:
+        try:
+            groups = await up.fetch_groups(ns, track, chunk[0], chunk[-1])
+            async for group in groups:
+                gid = group.group_id
+                self.upstream_bytes += group.nbytes  # every byte that crossed, duplicates too
+                if gid in keys and not self.cache.is_sealed(ns, track, gid):
+                    self._ingest_group(ns, track, gid, group)
+                key = keys.pop(gid, None)
+                if key is not None:
+                    self._finish_pull(key, None, in_flight=True)
+        except RelayError as exc:
+            for gid in chunk:  # this chunk failed; the others may still succeed
+                key = keys.pop(gid, None)
+                if key is not None:
+                    self._finish_pull(key, exc, in_flight=True)
+
+    def _note_in_flight(self, n: int) -> None:
+        self.groups_in_flight += n
+        self.max_groups_in_flight = max(self.max_groups_in_flight, self.groups_in_flight)
+
+    def _finish_pull(self, key: GroupKey, error: BaseException | None, *, in_flight: bool) -> None:
+        if in_flight:
+            self.groups_in_flight -= 1
+        waiters = self._pulls.finish(key)
+        leader = self._pull_leaders.pop(key, None)
+        if leader is not None:
+            waiters.append(leader)
+        sealed = self.cache.is_sealed(*key)
+        for w in waiters:
+            if w.done():
                 continue
-            got = True
-            if not self.cache.knows(ns, track, g, obj.object_id):
-                self.upstream_bytes += obj.size
-            self._ingest_object(ns, track, g, obj)
-        if got:
-            self._ingest_group_end(ns, track, gid)
+            if sealed or error is None:
+                w.set_result(None)
+            elif isinstance(error, asyncio.CancelledError):
+                w.cancel()
+            else:
+                w.set_exception(error)
 
     # ---- directory reports -----------------------------------------------------------------
 

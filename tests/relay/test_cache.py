@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import pytest
 
+from ray_kvmoq.moqt.objects import Group
 from ray_kvmoq.relay.cache import (
     OBJECT_DOES_NOT_EXIST,
     OBJECT_END_OF_GROUP,
     OBJECT_END_OF_TRACK,
     CachedObject,
+    CacheFull,
     GroupKey,
     InFlight,
     MalformedTrackError,
@@ -22,16 +22,20 @@ NS = (b"moq://kvcache.moq.arpa/v1/", b"m", b"p1")
 TR = b"FP16"
 
 
-def objs(n: int, size: int, tag: int = 0) -> list[CachedObject]:
-    return [CachedObject(object_id=i, payload=bytes([tag + i]) * size) for i in range(n)]
+def objs(n: int, size: int, tag: int = 0, group: int = 0) -> list[CachedObject]:
+    return [
+        CachedObject(group=group, object_id=i, payload=bytes([tag + i]) * size) for i in range(n)
+    ]
 
 
 def test_put_group_then_read_back_exactly() -> None:
     c = RelayCache(1 << 20)
     group = [
-        CachedObject(object_id=0, payload=b"a", extensions=((0x3C, 1), (0x0B, b"x")), priority=7),
-        CachedObject(object_id=1, payload=b"bc", subgroup_id=2),
-        CachedObject(object_id=2, status=OBJECT_DOES_NOT_EXIST),
+        CachedObject(
+            group=5, object_id=0, payload=b"a", extensions=((0x3C, 1), (0x0B, b"x")), priority=7
+        ),
+        CachedObject(group=5, object_id=1, payload=b"bc", subgroup=2),
+        CachedObject(group=5, object_id=2, status=OBJECT_DOES_NOT_EXIST),
     ]
     assert c.put_group(NS, TR, 5, group, now=0.0) == []
     assert c.get_group(NS, TR, 5, now=1.0) == group
@@ -66,22 +70,63 @@ def test_lru_evicts_whole_groups_but_keeps_latest() -> None:
 
 
 def test_a_read_refreshes_lru_order() -> None:
-    c = RelayCache(budget_bytes=250)
-    c.put_group(NS, TR, 0, objs(1, 100), now=0)
-    c.put_group(NS, TR, 1, objs(1, 100), now=0)
-    c.get_group(NS, TR, 0, now=0)  # 0 is now more recent than 1
-    assert c.put_group(NS, TR, 2, objs(1, 100), now=0) == [(NS, TR, 1)]
+    c = RelayCache(budget_bytes=350)
+    for g in range(3):
+        c.put_group(NS, TR, g, objs(1, 100), now=0)
+    c.get_group(NS, TR, 0, now=0)  # 0 is now more recent than 1 (2 is the latest: kept)
+    assert c.put_group(NS, TR, 3, objs(1, 100), now=0) == [(NS, TR, 1)]
 
 
-def test_latest_group_of_each_track_survives_a_tiny_budget() -> None:
-    c = RelayCache(budget_bytes=10)
+def test_a_tiny_budget_evicts_latest_groups_too_and_never_holds_more_than_it() -> None:
+    c = RelayCache(budget_bytes=150)
     other = (b"other",)
     c.put_group(NS, TR, 0, objs(1, 100), now=0)
-    c.put_group(other, TR, 7, objs(1, 100), now=0)
-    assert c.cached_groups(NS, TR) == [0] and c.cached_groups(other, TR) == [7]
-    assert c.bytes_cached == 200  # over budget: only protected groups remain
-    evicted = c.put_group(NS, TR, 1, objs(1, 100), now=0)
-    assert evicted == [(NS, TR, 0)]
+    assert c.put_group(other, TR, 7, objs(1, 100), now=0) == [(NS, TR, 0)]  # latest, but live
+    assert c.bytes_cached == 100 and c.cached_groups(other, TR) == [7]
+    with pytest.raises(CacheFull):  # one group larger than the whole budget
+        c.put_group(NS, TR, 1, objs(1, 200), now=0)
+    assert c.bytes_cached == 100 and c.counters.refused_bytes == 200
+
+
+def test_ended_tracks_last_groups_go_before_live_tracks_latest_groups() -> None:
+    c = RelayCache(budget_bytes=300)
+    c.put_group(NS, TR, 0, objs(1, 100), now=0)  # live track: its latest group
+    c.put_group(NS, b"done", 0, objs(1, 100), now=0, end_of_track=True)  # ended track
+    c.put_group(NS, b"x", 0, objs(1, 100), now=0)
+    evicted = c.put_group(NS, b"y", 0, objs(1, 100), now=0)
+    assert evicted == [(NS, b"done", 0)]  # older live latest group (NS, TR, 0) survives
+    assert not c.has_track(NS, b"done")
+
+
+def test_open_groups_count_against_the_budget_and_refuse_what_cannot_fit() -> None:
+    c = RelayCache(budget_bytes=250)
+    c.put_group(NS, TR, 0, objs(1, 100), now=0)
+    c.put_object(NS, TR, 1, CachedObject(object_id=0, payload=b"a" * 100), now=0)  # open
+    evicted = c.put_object(NS, TR, 2, CachedObject(object_id=0, payload=b"b" * 100), now=0)
+    assert evicted == [(NS, TR, 0)] and c.bytes_cached == 200
+    with pytest.raises(CacheFull):  # both open groups stay; 100 more bytes cannot fit
+        c.put_object(NS, TR, 3, CachedObject(object_id=0, payload=b"c" * 100), now=0)
+    assert c.bytes_cached == 200 and c.cached_groups(NS, TR) == [1, 2]
+
+
+def test_thousands_of_short_tracks_never_exceed_the_budget_and_leave_no_state() -> None:
+    budget = 10_000
+    c = RelayCache(budget_bytes=budget)
+    for p in range(3000):
+        ns = (b"kv", b"m", b"prompt%d" % p)
+        for g in range(3):
+            c.put_group(ns, TR, g, objs(2, 300 + p % 7), now=float(p))
+            assert c.bytes_cached <= budget
+        if p % 2:
+            c.end_track(ns, TR, 2, now=float(p))
+    held = sum(1 for _ in c.sealed_groups())
+    assert held * 600 <= budget and sum(1 for _ in c.tracks()) <= held
+    assert c.bytes_cached == sum(
+        len(o.payload)
+        for ns, tr in c.tracks()
+        for g in c.cached_groups(ns, tr)
+        for o in c.get_group(ns, tr, g, now=0.0) or []
+    )
 
 
 def test_identical_duplicate_is_ignored_and_conflicting_one_is_malformed() -> None:
@@ -157,11 +202,11 @@ class _CountingStore(MemoryGroupStore):
         self.puts: list[GroupKey] = []
         self.deletes = 0
 
-    def put(self, key: GroupKey, objects: Sequence[CachedObject]) -> tuple[CachedObject, ...]:
+    def put(self, key: GroupKey, group: Group) -> Group:
         self.puts.append(key)
-        return super().put(key, objects)
+        return super().put(key, group)
 
-    def delete(self, handle: tuple[CachedObject, ...]) -> None:
+    def delete(self, handle: Group) -> None:
         self.deletes += 1
 
 

@@ -18,7 +18,7 @@ from ray_kvmoq.moqt.session_core import SessionConfig
 from ray_kvmoq.moqt.tracks import MemoryTrack, TrackServer
 from ray_kvmoq.moqt.types import FilterType, ObjectStatus, TokenAliasType
 from ray_kvmoq.relay.auth import TokenSigner, TokenVerifier
-from ray_kvmoq.relay.network import serve_plain_relay
+from ray_kvmoq.relay.downstream import serve_plain_relay
 
 NS = (b"kv", b"tenant-a", b"p1")
 TR = b"FP16"
@@ -141,10 +141,10 @@ async def test_tokens_scope_tenants_and_expire() -> None:
 async def test_relays_sharing_a_secret_trust_each_other_and_strangers_do_not() -> None:
     from ray_kvmoq.relay.cache import CachedObject, RelayCache
     from ray_kvmoq.relay.directory import NodeInfo
+    from ray_kvmoq.relay.downstream import RelayNetwork
     from ray_kvmoq.relay.events import LocalDirectoryClient, RelayError
-    from ray_kvmoq.relay.network import RelayNetwork
-    from ray_kvmoq.relay.peers import ClusterSecurity
     from ray_kvmoq.relay.relay import Relay
+    from ray_kvmoq.relay.security import ClusterSecurity
 
     secret = b"cluster secret!!" * 2
     d = LocalDirectoryClient()

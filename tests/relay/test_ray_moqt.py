@@ -73,7 +73,7 @@ def cluster_relays(ray_cluster: Any) -> Iterator[dict[str, Any]]:
     import ray
 
     from ray_kvmoq.relay.actor import get_directory, start_relays
-    from ray_kvmoq.relay.peers import ClusterSecurity
+    from ray_kvmoq.relay.security import ClusterSecurity
 
     security = ClusterSecurity.generate()
     a, b = ray_cluster.node_ids["127.0.0.2"], ray_cluster.node_ids["127.0.0.3"]

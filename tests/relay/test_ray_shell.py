@@ -33,7 +33,7 @@ def _reader_cls() -> Any:
             packed = await ref
             objs = unpack_group(packed)
             return {
-                "writeable": bool(packed.payload.flags.writeable),
+                "writeable": not packed.payload.readonly,
                 "payloads": [bytes(o.payload) for o in objs],
                 "node": ray.get_runtime_context().get_node_id(),
             }

@@ -11,6 +11,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from ray_kvmoq.moqt.objects import Group
+from ray_kvmoq.moqt.types import ObjectStatus
 from ray_kvmoq.relay.cache import CachedObject, RelayCache
 from ray_kvmoq.relay.directory import Directory, NodeInfo
 from ray_kvmoq.relay.packed import pack_group, unpack_group
@@ -52,25 +54,25 @@ class DirectUpstream:
 
         return events()
 
-    async def fetch(
-        self,
-        namespace: tuple[bytes, ...],
-        track: bytes,
-        start: tuple[int, int],
-        end: tuple[int, int],
-    ) -> AsyncIterator[tuple[int, CachedObject]]:
+    async def fetch_groups(
+        self, namespace: tuple[bytes, ...], track: bytes, first: int, last: int
+    ) -> AsyncIterator[Group]:
         self.fetches += 1
-        items = await self.peer.fetch(namespace, track, start, end)
+        items = await self.peer.fetch(namespace, track, (first, 0), (last, 0))
 
-        async def gen() -> AsyncIterator[tuple[int, CachedObject]]:
-            for item in items:
-                yield item
+        async def gen() -> AsyncIterator[Group]:
+            gids = sorted({g for g, _ in items})
+            for gid in gids:
+                yield Group.pack(gid, [o for g, o in items if g == gid])
 
         return gen()
 
 
 def group(gid: int, n: int = 3, size: int = 1000) -> list[CachedObject]:
-    return [CachedObject(object_id=i, payload=bytes([gid, i]) * (size // 2)) for i in range(n)]
+    return [
+        CachedObject(group=gid, object_id=i, payload=bytes([gid % 256, i]) * (size // 2))
+        for i in range(n)
+    ]
 
 
 def two_relays(budget: int = 1 << 24) -> tuple[Relay, Relay, DirectUpstream, Directory]:
@@ -158,7 +160,7 @@ async def test_upstream_failure_reaches_every_subscriber() -> None:
 
 async def test_eviction_is_reported_to_the_directory() -> None:
     directory = Directory()
-    a = Relay(node_id="A", cache=RelayCache(2500), directory=LocalDirectoryClient(directory))
+    a = Relay(node_id="A", cache=RelayCache(3500), directory=LocalDirectoryClient(directory))
     for g in range(4):
         await a.publish_group(NS, TR, g, group(g), chunk_hash=bytes([g]))
     await a.flush_directory()
@@ -175,6 +177,7 @@ async def test_live_subscriber_joins_mid_track_and_sees_open_group() -> None:
     it = a.subscribe(NS, TR, start_group=1)
     first = await it.__anext__()
     assert first == ObjectReceived(group_id=1, obj=CachedObject(object_id=0, payload=b"x"))
+    # objects published one by one keep the group field they were given (the event says 1)
     a.publish_object(NS, TR, 1, CachedObject(object_id=1, payload=b"y"))
     a.end_group(NS, TR, 1)
     a.end_track(NS, TR, 1)
@@ -188,24 +191,16 @@ async def test_live_subscriber_joins_mid_track_and_sees_open_group() -> None:
 
 def test_packed_group_round_trip_is_exact_and_zero_copy() -> None:
     objs = [
-        CachedObject(object_id=0, payload=b"abc", extensions=((0x3C, 2),), priority=3),
-        CachedObject(object_id=2, status=1),
-        CachedObject(object_id=3, payload=bytes(range(256)), subgroup_id=1),
+        CachedObject(group=4, object_id=0, payload=b"abc", extensions=((0x3C, 2),), priority=3),
+        CachedObject(group=4, object_id=2, status=ObjectStatus.DOES_NOT_EXIST),
+        CachedObject(group=4, object_id=3, payload=bytes(range(256)), subgroup=1),
     ]
     packed = pack_group(objs)
     back = unpack_group(packed)
-    assert back == [
-        CachedObject(
-            object_id=o.object_id,
-            payload=memoryview(o.payload),
-            status=o.status,
-            extensions=o.extensions,
-            priority=o.priority,
-            subgroup_id=o.subgroup_id,
-        )
-        for o in objs
-    ]
+    assert back == objs
     assert isinstance(back[2].payload, memoryview) and back[2].payload.obj is not None
+    assert back[2].payload.obj is packed.buffer.obj  # a view of the group's one buffer
+    assert packed.group_id == 4 and packed.nbytes == 3 + 256
 
 
 async def test_an_evicted_group_of_a_live_track_is_pulled_again_not_awaited() -> None:
@@ -236,12 +231,66 @@ async def test_an_evicted_group_of_a_live_track_is_pulled_again_not_awaited() ->
 
 
 async def test_an_ended_track_with_an_evicted_middle_group_still_ends() -> None:
-    a = Relay(node_id="A", cache=RelayCache(6500))  # room for two 3000-byte groups
-    await a.publish_group(NS, TR, 0, group(0))
-    await a.publish_group(NS, TR, 1, group(1))
-    await a.get_group(NS, TR, 0)  # group 0 is now the more recently used one
-    await a.publish_group(NS, TR, 2, group(2), end_of_track=True)
-    assert a.cache.cached_groups(NS, TR) == [0, 2]
+    a = Relay(node_id="A", cache=RelayCache(9500))  # room for three 3000-byte groups
+    for g in range(3):
+        await a.publish_group(NS, TR, g, group(g))
+    await a.get_group(NS, TR, 0)  # group 0 is now more recently used than group 1
+    await a.publish_group(NS, TR, 3, group(3), end_of_track=True)
+    assert a.cache.cached_groups(NS, TR) == [0, 2, 3]
     evs = await asyncio.wait_for(collect(a.subscribe(NS, TR)), 5)
-    assert [e.group_id for e in evs if isinstance(e, GroupEnded)] == [0, 2]
+    assert [e.group_id for e in evs if isinstance(e, GroupEnded)] == [0, 2, 3]
     assert isinstance(evs[-1], TrackEnded)
+
+
+async def test_a_pull_of_1000_groups_keeps_8_or_more_in_flight_with_range_fetches() -> None:
+    a, b, up, _ = two_relays()
+    for g in range(1000):
+        await a.publish_group(NS, TR, g, group(g, n=1, size=64), end_of_track=g == 999)
+    await a.flush_directory()
+    await asyncio.wait_for(b.ensure_groups(NS, TR, range(1000)), 30)
+    st = b.stats()
+    assert st["max_groups_in_flight"] >= 8  # requested and not yet received, at once
+    assert up.fetches == st["upstream_fetches"] <= 1000 // 8  # ranges, not a FETCH per group
+    assert st["groups_in_flight"] == 0
+    assert all(b.cache.is_sealed(NS, TR, g) for g in range(1000))
+    assert await b.get_group(NS, TR, 777) == group(777, n=1, size=64)
+
+
+async def test_upstream_bytes_count_every_byte_received_duplicates_included() -> None:
+    a, b, up, _ = two_relays()
+    await a.publish_group(NS, TR, 0, group(0))
+    await a.flush_directory()
+    await b.get_group(NS, TR, 0)
+    before = b.stats()["upstream_bytes"]
+
+    async def twice(
+        namespace: tuple[bytes, ...], track: bytes, first: int, last: int
+    ) -> AsyncIterator[Group]:
+        async def gen() -> AsyncIterator[Group]:
+            yield Group.pack(0, group(0))  # already cached on B: a duplicate
+            yield Group.pack(1, group(1))
+
+        return gen()
+
+    await a.publish_group(NS, TR, 1, group(1))
+    up.fetch_groups = twice  # type: ignore[method-assign]
+    await b.ensure_groups(NS, TR, [1])
+    assert b.stats()["upstream_bytes"] - before == 2 * sum(o.size for o in group(0))
+
+
+async def test_finished_prompts_leave_no_live_entries_and_directory_rows_drop() -> None:
+    directory = Directory()
+    a = Relay(node_id="A", cache=RelayCache(20_000), directory=LocalDirectoryClient(directory))
+    for p in range(2000):
+        ns = (b"kv", b"m", b"p%d" % p)
+        for g in range(2):
+            await a.publish_group(ns, TR, g, group(g), chunk_hash=b"%d/%d" % (p, g))
+            assert a.cache.bytes_cached <= 20_000
+        if p % 3:
+            a.end_track(ns, TR, 1)  # finished prompt
+    await a.flush_directory()
+    st = a.stats()
+    held = sum(1 for _ in a.cache.sealed_groups())
+    assert held <= 20_000 // 3000 and st["live_tracks"] <= st["cached_tracks"] <= held
+    assert directory.stats()["hashes"] == held
+    assert sum(len(directory.groups_on("A", ns, tr)) for ns, tr in a.cache.tracks()) == held

@@ -1,6 +1,7 @@
-"""The relay's MoQT side: a server for downstream sessions and a pool of sessions to peers.
+"""The relay's downstream role: the MoQT server its subscribers and peer relays connect to,
+and :class:`RelayNetwork`, which runs it next to the upstream pool (``upstream.py``).
 
-Built on :mod:`ray_kvmoq.moqt.api`. Downstream, every session gets a :class:`RelayHandler`:
+Built on :mod:`ray_kvmoq.moqt.api`. Every downstream session gets a :class:`RelayHandler`:
 
 * SUBSCRIBE → :meth:`Relay.open_subscription` (which establishes the upstream subscription
   first), SUBSCRIBE_OK with the relay's Largest, then one subgroup stream per (group, subgroup);
@@ -11,9 +12,9 @@ Built on :mod:`ray_kvmoq.moqt.api`. Downstream, every session gets a :class:`Rel
   with the resolved end, one fetch stream.
 * PUBLISH_NAMESPACE → the session becomes an :class:`Upstream` for that prefix.
 
-Upstream, :class:`~.peers.PeerPool` keeps one session per peer relay (see ``peers.py``).
+Upstream, :class:`~.upstream.PeerPool` keeps one session per peer relay.
 
-Security (:class:`~.peers.ClusterSecurity`): TLS with the cluster CA; the server checks
+Security (:class:`~.security.ClusterSecurity`): TLS with the cluster CA; the server checks
 the setup token (session closed with UNAUTHORIZED / EXPIRED_AUTH_TOKEN / MALFORMED_AUTH_TOKEN
 on failure) and authorises each request against its namespace with the request's own token,
 falling back to the setup token (refused with the request-level code).
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -30,6 +32,7 @@ from typing import Any
 from ray_kvmoq.moqt import api
 from ray_kvmoq.moqt.aio import TransportConfig
 from ray_kvmoq.moqt.messages import AuthToken, Location
+from ray_kvmoq.moqt.objects import MoqtObject
 from ray_kvmoq.moqt.types import (
     FilterType,
     ObjectStatus,
@@ -38,16 +41,8 @@ from ray_kvmoq.moqt.types import (
 )
 
 from .auth import Action, AuthError, TokenVerifier
-from .cache import OBJECT_END_OF_GROUP, OBJECT_END_OF_TRACK, CachedObject, RelayCache
+from .cache import OBJECT_END_OF_GROUP, OBJECT_END_OF_TRACK, RelayCache
 from .directory import NodeInfo
-from .peers import (
-    IMPLEMENTATION,
-    ClusterSecurity,
-    PeerPool,
-    SessionUpstream,
-    object_to_wire,
-    token_value,
-)
 from .relay import (
     GroupEnded,
     ObjectReceived,
@@ -55,6 +50,8 @@ from .relay import (
     RelayError,
     TrackSubscription,
 )
+from .security import ClusterSecurity, token_value
+from .upstream import IMPLEMENTATION, PeerPool, SessionUpstream
 
 __all__ = [
     "NamespaceHub",
@@ -62,6 +59,11 @@ __all__ = [
     "RelayNetwork",
     "serve_plain_relay",
 ]
+
+
+def _at(group: int, obj: MoqtObject) -> MoqtObject:
+    """``obj`` as an object of ``group`` (objects published one by one may not say)."""
+    return obj if obj.group == group else dataclasses.replace(obj, group=group)
 
 
 def _is_prefix(prefix: tuple[bytes, ...], namespace: tuple[bytes, ...]) -> bool:
@@ -231,7 +233,7 @@ class RelayHandler(api.SessionHandler):
         )
         writer = request.accept(end=end_loc, end_of_track=eot is not None and last_g >= eot[0])
         for gid, obj in objs:
-            writer.write(object_to_wire(gid, obj))
+            writer.write(_at(gid, obj))
             if session.protocol.send_buffered() > session.send_buffer:
                 await writer.drain()
         writer.end()
@@ -249,9 +251,9 @@ class _Forwarder:
     ) -> None:
         self.session, self.pub, self.floor, self.markers = session, pub, floor, markers
         self.writers: dict[tuple[int, int], api.GroupWriter] = {}
-        self.last: dict[tuple[int, int], CachedObject] = {}
+        self.last: dict[tuple[int, int], MoqtObject] = {}
 
-    async def object(self, g: int, obj: CachedObject) -> bool:
+    async def object(self, g: int, obj: MoqtObject) -> bool:
         """Write one object; False once the subscription's range is over."""
         if (self.floor is not None and (g, obj.object_id) <= self.floor) or not self.pub.wants(g):
             return not self.pub.past_end(g)
@@ -261,7 +263,7 @@ class _Forwarder:
             w = self.writers[key] = self.pub.open_group(
                 g, subgroup=obj.subgroup_id, priority=obj.priority, with_extensions=True
             )
-        w.write(object_to_wire(g, obj))
+        w.write(_at(g, obj))
         self.last[key] = obj
         if self.session.protocol.send_buffered() > self.session.send_buffer:
             await self.pub.drain()

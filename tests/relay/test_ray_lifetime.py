@@ -1,0 +1,97 @@
+"""Relay and directory lifetime on the shared cluster: they outlive the process that created
+them, come back after ``ray.kill(..., no_restart=False)``, and the directory is rebuilt from
+the relays when it restarts empty. ``start_relays`` is idempotent."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+RAY_NS = "kvmoq_lifetime_test"
+PREFIX = "kvmoq_life_"
+NS = ["moq://kvcache.moq.arpa/v1/", "m", "life"]
+
+_CREATOR = """
+import sys, ray
+from ray_kvmoq.relay.actor import start_relays
+ray.init(address=sys.argv[1], namespace=sys.argv[2], include_dashboard=False, log_to_driver=False)
+relays = start_relays(node_ids=[sys.argv[3]], name_prefix=sys.argv[4], namespace=sys.argv[2],
+                      network={"listen": False})
+print("started", len(relays), flush=True)
+"""
+
+
+def _wait_for(cond: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    """Poll ``cond`` (an actor that is restarting counts as "not yet")."""
+    import ray
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if cond():
+                return
+        except ray.exceptions.ActorUnavailableError:
+            pass
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def _hash_nodes(directory: Any, chunk_hash: bytes) -> list[str]:
+    import ray
+
+    return [loc.node_id for loc in ray.get(directory.lookup_hash.remote(chunk_hash), timeout=30)]
+
+
+def test_relays_and_directory_survive_their_creator_restarts_and_rebuild(
+    ray_cluster: Any,
+) -> None:
+    import ray
+
+    from ray_kvmoq.relay.actor import DIRECTORY_NAME, relay_name, start_relays
+
+    node = ray_cluster.node_ids["127.0.0.2"]
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    args = [sys.executable, "-c", _CREATOR, ray_cluster.address, RAY_NS, node, PREFIX]
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0 and "started 1" in done.stdout, done.stderr[-2000:]
+    relay = directory = None
+    try:
+        # the creator has exited: both actors are still there (detached)
+        relay = ray.get_actor(relay_name(node, PREFIX), namespace=RAY_NS)
+        directory = ray.get_actor(DIRECTORY_NAME, namespace=RAY_NS)
+        ray.get(relay.publish_group.remote(NS, "t", 0, [b"a" * 1000], chunk_hash=b"life0"))
+        ray.get(relay.flush_directory.remote(), timeout=30)
+        assert _hash_nodes(directory, b"life0") == [node]
+
+        # start_relays again: the same actors, nothing restarted
+        first = ray.get(relay.get_incarnation.remote(), timeout=30)
+        again = start_relays(node_ids=[node], name_prefix=PREFIX, namespace=RAY_NS)
+        assert ray.get(again[node].get_incarnation.remote(), timeout=30) == first
+
+        # the directory dies and restarts empty: the relay re-announces what it holds
+        ray.kill(directory, no_restart=False)
+        _wait_for(lambda: _hash_nodes(directory, b"life0") == [node], "the directory rebuild")
+
+        # the relay dies and restarts: its objects died with it, the directory forgets them,
+        # and a group published again is found again
+        ray.kill(relay, no_restart=False)
+        _wait_for(
+            lambda: ray.get(relay.get_incarnation.remote(), timeout=30) != first, "relay restart"
+        )
+        _wait_for(lambda: _hash_nodes(directory, b"life0") == [], "the directory to forget")
+        assert ray.get(relay.lookup.remote(NS, "t"), timeout=30)["groups"] == []
+        ray.get(relay.publish_group.remote(NS, "t", 0, [b"b" * 1000], chunk_hash=b"life0"))
+        ray.get(relay.flush_directory.remote(), timeout=30)
+        assert _hash_nodes(directory, b"life0") == [node]
+    finally:
+        for h in (relay, directory):
+            if h is not None:
+                ray.kill(h)
