@@ -1,23 +1,30 @@
-"""``kvmoq bench relay``: fan-out, cross-node pull over MoQT vs ``ray.get``, zero-copy reads.
+"""``kvmoq bench relay``: cross-node pulls over MoQT side by side with ``ray.get`` of the same
+bytes, per datagram size × data planes (K) × QUIC library; fan-out; same-node zero-copy reads.
 
-One run on a private multi-node Ray cluster on this machine (head + a node on 127.0.0.2, the
-layout of the test fixture), or on an existing cluster with ``--address``:
+One run on a private two-node Ray cluster on this machine (head + a node on 127.0.0.2, the
+layout of the test fixture), or on an existing cluster with ``--address``. Each *row* starts a
+fresh relay pair with its transport settings, then repeats ``--repeat`` times:
 
-* **fan-out**: a track published on node A, ``N`` subscribers on node B. Row: upstream bytes
-  that crossed into B's relay / one track's bytes (1.0 = one transfer however many readers),
-  and delivered bytes / track bytes (= N).
-* **pull**: B's relay pulls every group of a fresh track from A over MoQT (FETCH), timed from
-  the consumer on B; then a consumer on B ``ray.get``s the same bytes (A's object refs) — the
-  object store's own cross-node path. MB/s of each and their ratio.
-* **zero-copy**: a consumer on A reads a sealed 4 MiB group through the relay's ref; median
-  latency of ``get_group_ref`` + ``await ref`` (no copy: the array is a read-only view).
+* **pull**: a track of ``--mb`` MiB (groups of ``--group-mb``) is published on node A; a
+  consumer on node B asks B's relay for every group at once (``get_group_refs``: pipelined
+  range FETCHes striped over K data planes) and awaits the refs. Timed at the consumer.
+* **ray.get**: the same consumer awaits A's own refs to the same groups (``ray.get`` of the
+  list: the object store's cross-node path, all transfers at once), in the same run.
 
-Progress goes to stderr; ``--json`` prints one object with ``fanout_upstream_ratio``,
-``pull_mb_s``, ``ray_get_mb_s`` and the rest of the table.
+Rows report medians of the runs (MB/s of each, and the median of the per-run ratios); a run
+that fails is counted and reported with its error, never dropped (the command then exits 1).
+Once per bench: **fan-out** (one track, ``--subscribers`` readers on B: upstream bytes / track
+bytes must be 1.0) and **zero-copy** (median latency of a same-node read of a sealed group).
+
+Progress goes to stderr; ``--json`` prints one object: ``rows`` (each with ``datagram``,
+``planes``, ``backend``, ``pull_mb_s``, ``ray_get_mb_s``, ``pull_vs_ray_get``, ``runs``,
+``failures``, ``errors``), ``failures`` (total), and the fan-out / zero-copy figures.
 """
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import json
 import os
 import statistics
@@ -36,53 +43,64 @@ def _log(msg: str) -> None:
     click.echo(f"[bench relay] {msg}", err=True)
 
 
-def _consumer_cls() -> Any:
+def _actor_classes() -> tuple[Any, Any]:
     import ray
+
+    @ray.remote(num_cpus=0)
+    class Publisher:
+        """Publishes synthetic groups on one node (stands in for a prefill replica)."""
+
+        def __init__(self, group_bytes: int) -> None:
+            from ray_kvmoq.moqt.objects import Group
+
+            block = os.urandom(1 << 20)
+            self.payload = (block * (group_bytes // len(block) + 1))[:group_bytes]
+            self.group_cls = Group
+
+        async def publish(self, relay: Any, track: str, groups: int, end: bool = True) -> int:
+            for g in range(groups):
+                group = self.group_cls.from_payloads(g, [self.payload])
+                last = end and g == groups - 1
+                await relay.publish_group.remote(NS, track, g, group, end_of_track=last)
+            await relay.flush_directory.remote()
+            return groups * len(self.payload)
 
     @ray.remote(num_cpus=0)
     class Consumer:
         """A reader on one node (stands in for a decode replica)."""
 
-        async def pull(self, relay: Any, namespace: list[str], track: str, groups: int) -> float:
+        async def pull(self, relay: Any, track: str, groups: int) -> dict[str, float]:
             t0 = time.perf_counter()
-            n = 0
-            for g in range(groups):
-                ref = await relay.get_group_ref.remote(namespace, track, g)
-                packed = await ref
-                n += int(packed.payload.nbytes)
-            return n / (time.perf_counter() - t0) / 1e6
+            refs = await relay.get_group_refs.remote(NS, track, list(range(groups)))
+            got = await asyncio.gather(*refs)
+            dt = time.perf_counter() - t0
+            return {"bytes": float(sum(g.nbytes for g in got)), "seconds": dt}
 
-        async def ray_get(self, refs: list[Any]) -> float:
+        async def ray_get(self, relay: Any, track: str, groups: int) -> dict[str, float]:
+            refs = await relay.get_group_refs.remote(NS, track, list(range(groups)))
             t0 = time.perf_counter()
-            n = 0
-            for ref in refs:
-                packed = await ref
-                n += int(packed.payload.nbytes)
-            return n / (time.perf_counter() - t0) / 1e6
+            got = await asyncio.gather(*refs)
+            dt = time.perf_counter() - t0
+            return {"bytes": float(sum(g.nbytes for g in got)), "seconds": dt}
 
-        async def follow(self, relay: Any, namespace: list[str], track: str) -> int:
+        async def follow(self, relay: Any, track: str) -> int:
             n = 0
-            async for ref in relay.subscribe_groups.remote(namespace, track):
+            async for ref in relay.subscribe_groups.remote(NS, track, wait_s=10.0):
                 item = await ref
                 if "ref" in item:
-                    packed = await item["ref"]
-                    n += int(packed.payload.nbytes)
+                    n += int((await item["ref"]).nbytes)
             return n
 
-        async def read_latency(
-            self, relay: Any, namespace: list[str], track: str, reps: int
-        ) -> dict[str, Any]:
-            times = []
-            writeable = True
+        async def read_latency(self, relay: Any, track: str, reps: int) -> dict[str, Any]:
+            times, copied = [], True
             for _ in range(reps):
                 t0 = time.perf_counter()
-                ref = await relay.get_group_ref.remote(namespace, track, 0)
-                packed = await ref
+                group = await (await relay.get_group_ref.remote(NS, track, 0))
                 times.append(time.perf_counter() - t0)
-                writeable = not packed.payload.readonly
-            return {"median_ms": statistics.median(times) * 1e3, "copied": writeable}
+                copied = not group.buffer.readonly
+            return {"median_ms": statistics.median(times) * 1e3, "copied": copied}
 
-    return Consumer
+    return Publisher, Consumer
 
 
 def _pinned(cls: Any, node_id: str, **kw: Any) -> Any:
@@ -93,100 +111,166 @@ def _pinned(cls: Any, node_id: str, **kw: Any) -> Any:
     ).remote(**kw)
 
 
-def _start_cluster(groups: int, group_mb: int) -> Any:
+def _start_cluster(store_bytes: int) -> Any:
     from ray.cluster_utils import Cluster
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.makedirs("/tmp/ray", exist_ok=True)  # Cluster.add_node writes its address file there
-    store = max(256 << 20, 3 * groups * group_mb << 20)
     _log("starting a 2-node Ray cluster (head + 127.0.0.2)")
     cluster = Cluster(
         initialize_head=True,
         head_node_args=dict(
             num_cpus=2,
             include_dashboard=False,
-            object_store_memory=store,
+            object_store_memory=store_bytes,
             temp_dir=tempfile.mkdtemp(prefix="rkb", dir="/tmp"),
         ),
     )
-    cluster.add_node(num_cpus=2, node_ip_address="127.0.0.2", object_store_memory=store)
+    cluster.add_node(num_cpus=2, node_ip_address="127.0.0.2", object_store_memory=store_bytes)
     cluster.wait_for_nodes()
     return cluster
 
 
-@dataclass
-class _Ctx:
-    """What every measurement needs: two pinned relays, a consumer class, sizes."""
+@dataclass(frozen=True)
+class Row:
+    """One configuration of the relay pair."""
 
+    datagram: int
+    planes: int
+    backend: str
+    pacing: bool = True
+
+    @property
+    def name(self) -> str:
+        return f"{self.backend} {self.datagram} B K={self.planes}"
+
+
+@dataclass
+class _Bench:
     node_a: str
     node_b: str
-    rel_a: Any
-    rel_b: Any
-    consumer: Any
-    groups: int
-    size: int
+    mb: int
+    group_mb: int
+    publisher: Any = None
+    consumer: Any = None
     actors: list[Any] = field(default_factory=list)
+    security: Any = None
 
-    def pin(self, node: str) -> Any:
-        actor = _pinned(self.consumer, node)
-        self.actors.append(actor)
-        return actor
+    @property
+    def groups(self) -> int:
+        return max(1, self.mb // self.group_mb)
 
-    def publish(self, track: str, payloads: list[bytes], *, end: bool = True) -> None:
+    def relays(self, row: Row) -> tuple[Any, Any]:
         import ray
 
-        for g, p in enumerate(payloads):
-            last = end and g == len(payloads) - 1
-            ray.get(
-                self.rel_a.publish_group.remote(NS, track, g, [p], end_of_track=last), timeout=60
+        from ray_kvmoq.relay.actor import RelayActor, get_directory
+
+        net = {
+            "security": self.security,
+            "transport_options": {
+                "max_datagram_size": row.datagram,
+                "pacing": row.pacing,
+                "backend": row.backend,
+            },
+        }
+        budget = (2 * self.mb + 2 * self.group_mb) << 20
+        pair = [
+            _pinned(
+                RelayActor,
+                n,
+                budget_bytes=budget,
+                directory=get_directory(detached=False),
+                network=net,
+                data_planes=row.planes,
+                relay_id=f"{n}/{row.name}",
             )
-        ray.get(self.rel_a.flush_directory.remote(), timeout=60)
+            for n in (self.node_a, self.node_b)
+        ]
+        ray.get([r.start.remote() for r in pair], timeout=120)
+        return pair[0], pair[1]
 
 
-def _setup(groups: int, group_mb: int, datagram: int, pacing: bool) -> _Ctx:
+def _one_run(b: _Bench, rel_a: Any, rel_b: Any, track: str) -> dict[str, Any]:
     import ray
 
-    from ray_kvmoq.relay.actor import RelayActor, get_directory
-    from ray_kvmoq.relay.security import ClusterSecurity
+    total = ray.get(b.publisher.publish.remote(rel_a, track, b.groups), timeout=300)
+    pull = ray.get(b.consumer.pull.remote(rel_b, track, b.groups), timeout=600)
+    base = ray.get(b.consumer.ray_get.remote(rel_a, track, b.groups), timeout=600)
+    if pull["bytes"] != total or base["bytes"] != total:
+        raise RuntimeError(f"moved {pull['bytes']:.0f} / {base['bytes']:.0f} of {total} bytes")
+    pull_mb_s = total / pull["seconds"] / 1e6
+    ray_mb_s = total / base["seconds"] / 1e6
+    return {"pull_mb_s": pull_mb_s, "ray_get_mb_s": ray_mb_s, "ratio": pull_mb_s / ray_mb_s}
 
-    alive = [n for n in ray.nodes() if n["Alive"]]
-    if len(alive) < 2:
-        raise click.ClickException("the bench needs a cluster with at least two nodes")
-    node_a, node_b = alive[0]["NodeID"], alive[1]["NodeID"]
-    net = {
-        "security": ClusterSecurity.generate(),
-        "transport_options": {"max_datagram_size": datagram, "pacing": pacing},
+
+def _row(b: _Bench, row: Row, repeat: int) -> dict[str, Any]:
+    import ray
+
+    _log(f"row {row.name}: {repeat} × {b.groups} groups of {b.group_mb} MiB")
+    runs: list[dict[str, Any]] = []
+    errors: list[str] = []
+    rel_a = rel_b = None
+    try:
+        rel_a, rel_b = b.relays(row)
+        for r in range(repeat):
+            try:
+                res = _one_run(
+                    b, rel_a, rel_b, f"pull-{row.backend}-{row.datagram}-{row.planes}-{r}"
+                )
+                runs.append(res)
+                _log(
+                    f"  run {r}: pull {res['pull_mb_s']:.1f} MB/s, ray.get {res['ray_get_mb_s']:.1f}"
+                )
+            except Exception as exc:  # a failed run is reported, never dropped
+                errors.append(f"run {r}: {exc!r}"[:500])
+                _log(f"  run {r}: FAILED {exc!r}"[:300])
+        stats = ray.get(rel_b.stats.remote(), timeout=60)
+    except Exception as exc:
+        errors.append(f"setup: {exc!r}"[:500])
+        stats = {}
+    finally:
+        for h in (rel_a, rel_b):
+            if h is not None:
+                ray.kill(h)
+    med = lambda k: statistics.median(x[k] for x in runs) if runs else 0.0  # noqa: E731
+    return {
+        "datagram": row.datagram,
+        "planes": row.planes,
+        "backend": row.backend,
+        "pacing": row.pacing,
+        "pull_mb_s": round(med("pull_mb_s"), 1),
+        "ray_get_mb_s": round(med("ray_get_mb_s"), 1),
+        "pull_vs_ray_get": round(med("ratio"), 3),
+        "runs": [{k: round(v, 2) for k, v in x.items()} for x in runs],
+        "failures": len(errors) + max(0, repeat - len(runs) - len(errors)),
+        "errors": errors,
+        "max_groups_in_flight": stats.get("max_groups_in_flight", 0),
     }
-    budget = 4 * groups * group_mb << 20
-    relays = [
-        _pinned(RelayActor, n, budget_bytes=budget, directory=get_directory(), network=net)
-        for n in (node_a, node_b)
-    ]
-    ctx = _Ctx(node_a, node_b, relays[0], relays[1], _consumer_cls(), groups, group_mb << 20)
-    ctx.actors += relays
-    ray.get([r.start.remote() for r in relays], timeout=60)
-    return ctx
 
 
-def _fanout(ctx: _Ctx, subscribers: int) -> dict[str, Any]:
+def _fanout(b: _Bench, row: Row, subscribers: int, groups: int) -> dict[str, Any]:
     import ray
 
-    _log(
-        f"fan-out: 1 track × {ctx.groups} groups of {ctx.size >> 20} MiB, {subscribers} subscribers"
-    )
-    payloads = [bytes([g + 1]) * ctx.size for g in range(ctx.groups)]
-    ctx.publish("fanout", payloads[:1], end=ctx.groups == 1)
-    subs = [ctx.pin(ctx.node_b) for _ in range(subscribers)]
-    futs = [s.follow.remote(ctx.rel_b, NS, "fanout") for s in subs]
-    for g in range(1, ctx.groups):
-        last = g == ctx.groups - 1
-        ray.get(
-            ctx.rel_a.publish_group.remote(NS, "fanout", g, [payloads[g]], end_of_track=last),
-            timeout=60,
-        )
-    delivered = sum(ray.get(futs, timeout=300))
-    upstream = ray.get(ctx.rel_b.stats.remote(), timeout=30)["upstream_bytes"]
-    track_bytes = ctx.groups * ctx.size
+    _log(f"fan-out: 1 track × {groups} groups, {subscribers} subscribers on B ({row.name})")
+    rel_a, rel_b = b.relays(row)
+    subs: list[Any] = []
+    try:
+        ray.get(b.publisher.publish.remote(rel_a, "fanout", 1, False), timeout=120)
+        _, Consumer = _actor_classes()
+        subs = [_pinned(Consumer, b.node_b) for _ in range(subscribers)]
+        futs = [s.follow.remote(rel_b, "fanout") for s in subs]
+        time.sleep(1.0)
+        ray.get(b.publisher.publish.remote(rel_a, "fanout", groups), timeout=300)
+        delivered = sum(ray.get(futs, timeout=600))
+        upstream = ray.get(rel_b.stats.remote(), timeout=60)["upstream_bytes"]
+        ray.get(b.publisher.publish.remote(rel_a, "local", 1), timeout=120)
+        reader = _pinned(Consumer, b.node_a)
+        subs.append(reader)
+        lat = ray.get(reader.read_latency.remote(rel_a, "local", 50), timeout=120)
+    finally:
+        for h in (*subs, rel_a, rel_b):
+            ray.kill(h)
+    track_bytes = groups * (b.group_mb << 20)
     return {
         "subscribers": subscribers,
         "track_bytes": track_bytes,
@@ -194,52 +278,27 @@ def _fanout(ctx: _Ctx, subscribers: int) -> dict[str, Any]:
         "fanout_delivered_bytes": delivered,
         "fanout_upstream_ratio": upstream / track_bytes,
         "fanout_delivered_ratio": delivered / track_bytes,
+        "zero_copy_read_ms": lat["median_ms"],
+        "zero_copy": not lat["copied"],
     }
 
 
-def _pull(ctx: _Ctx) -> dict[str, Any]:
-    import ray
-
-    _log("pull: B's relay fetches a fresh track from A over MoQT")
-    payloads = [bytes([g % 251]) * ctx.size for g in range(ctx.groups)]
-    ctx.publish("pull", payloads)
-    reader = ctx.pin(ctx.node_b)
-    pull = ray.get(reader.pull.remote(ctx.rel_b, NS, "pull", ctx.groups), timeout=300)
-    _log("baseline: ray.get of the same bytes across nodes")
-    ctx.publish("rayget", payloads, end=False)
-    refs = [
-        ray.get(ctx.rel_a.get_group_ref.remote(NS, "rayget", g), timeout=60)
-        for g in range(ctx.groups)
-    ]
-    ray_get = ray.get(reader.ray_get.remote(refs), timeout=300)
-    return {
-        "pull_mb_s": pull,
-        "ray_get_mb_s": ray_get,
-        "pull_vs_ray_get": pull / ray_get if ray_get else 0.0,
-    }
-
-
-def _zero_copy(ctx: _Ctx) -> dict[str, Any]:
-    import ray
-
-    _log("zero-copy: same-node read of a sealed 4 MiB group")
-    ray.get(ctx.rel_a.publish_group.remote(NS, "local", 0, [b"\x07" * (4 << 20)]), timeout=60)
-    reader = ctx.pin(ctx.node_a)
-    lat = ray.get(reader.read_latency.remote(ctx.rel_a, NS, "local", 50), timeout=120)
-    return {"zero_copy_read_ms": lat["median_ms"], "zero_copy": not lat["copied"]}
-
-
-def _run(
-    subscribers: int,
+def run_bench(
+    *,
+    rows: list[Row],
+    mb: int,
     group_mb: int,
-    groups: int,
+    repeat: int,
+    subscribers: int,
     address: str | None,
-    datagram: int,
-    pacing: bool = True,
 ) -> dict[str, Any]:
+    """Run every row (and the fan-out / zero-copy checks once); returns the JSON object."""
     import ray
 
-    cluster = _start_cluster(groups, group_mb) if address is None else None
+    from ray_kvmoq.relay.security import ClusterSecurity
+
+    store = max(512 << 20, (5 * mb + 8 * group_mb) << 20)
+    cluster = _start_cluster(store) if address is None else None
     owns_ray = not ray.is_initialized()  # a test may already be connected to its cluster
     if owns_ray:
         ray.init(
@@ -247,77 +306,109 @@ def _run(
             include_dashboard=False,
             log_to_driver=False,
         )
-    ctx: _Ctx | None = None
+    b: _Bench | None = None
     try:
-        ctx = _setup(groups, group_mb, datagram, pacing)
-        return {**_fanout(ctx, subscribers), **_pull(ctx), **_zero_copy(ctx)}
+        alive = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+        if len(alive) < 2:
+            raise click.ClickException("the bench needs a cluster with at least two nodes")
+        b = _Bench(alive[0], alive[1], mb, group_mb, security=ClusterSecurity.generate())
+        Publisher, Consumer = _actor_classes()
+        b.publisher = _pinned(Publisher, b.node_a, group_bytes=group_mb << 20)
+        b.consumer = _pinned(Consumer, b.node_b)
+        b.actors += [b.publisher, b.consumer]
+        results = [_row(b, row, repeat) for row in rows]
+        extra = _fanout(b, rows[0], subscribers, min(8, b.groups))
     finally:
-        for a in ctx.actors if ctx is not None else []:
+        for a in b.actors if b is not None else []:
             ray.kill(a)
         if owns_ray:
             ray.shutdown()
         if cluster is not None:
             cluster.shutdown()
+    return {
+        "mb": mb,
+        "group_mb": group_mb,
+        "repeat": repeat,
+        "rows": results,
+        "failures": sum(r["failures"] for r in results),
+        **extra,
+    }
+
+
+def _ints(value: str) -> list[int]:
+    return [int(v) for v in value.split(",") if v]
 
 
 @click.command()
+@click.option("--mb", default=256, show_default=True, type=click.IntRange(1), help="MiB per run.")
+@click.option("--group-mb", default=4, show_default=True, type=click.IntRange(1, 64))
 @click.option(
-    "--subscribers",
-    default=8,
-    show_default=True,
-    type=click.IntRange(1, 64),
-    help="Subscribers on node B for the fan-out row.",
-)
-@click.option(
-    "--group-mb", default=4, show_default=True, type=click.IntRange(1, 64), help="MiB per group."
-)
-@click.option(
-    "--groups", default=8, show_default=True, type=click.IntRange(1, 256), help="Groups per track."
-)
-@click.option(
-    "--address",
-    default=None,
-    help="Use this Ray cluster (needs two nodes) instead of starting one.",
+    "--repeat", default=5, show_default=True, type=click.IntRange(1), help="Runs per row."
 )
 @click.option(
     "--datagram",
-    default=1452,
+    "datagrams",
+    default="1452,9000,60000",
     show_default=True,
-    type=click.IntRange(1200, 65527),
-    help="QUIC datagram size between relays (loopback allows up to 65527).",
+    help="QUIC datagram sizes (comma-separated; loopback allows up to 65527).",
 )
 @click.option(
-    "--pacing/--no-pacing",
-    default=True,
-    show_default=True,
-    help="QUIC packet pacing between relays (the relays' default is on).",
+    "--planes", default="1,2", show_default=True, help="Data planes per relay (K), comma-separated."
 )
+@click.option(
+    "--backend",
+    "backends",
+    default="aioquic,qh3",
+    show_default=True,
+    help="QUIC libraries, comma-separated.",
+)
+@click.option("--pacing/--no-pacing", default=True, show_default=True, help="QUIC packet pacing.")
+@click.option("--subscribers", default=8, show_default=True, type=click.IntRange(1, 64))
+@click.option("--address", default=None, help="Use this Ray cluster (two nodes or more).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object to stdout.")
 def relay(
-    subscribers: int,
+    mb: int,
     group_mb: int,
-    groups: int,
-    address: str | None,
-    datagram: int,
+    repeat: int,
+    datagrams: str,
+    planes: str,
+    backends: str,
     pacing: bool,
+    subscribers: int,
+    address: str | None,
     as_json: bool,
 ) -> None:
-    """Relay fan-out, cross-node pull over MoQT vs ray.get, same-node zero-copy reads."""
-    res = _run(subscribers, group_mb, groups, address, datagram, pacing)
-    res["datagram"] = datagram
-    res["pacing"] = pacing
+    """Cross-node MoQT pulls vs ray.get per datagram size, K and QUIC library; fan-out."""
+    rows = [
+        Row(datagram=d, planes=k, backend=be, pacing=pacing)
+        for be, d, k in itertools.product(backends.split(","), _ints(datagrams), _ints(planes))
+    ]
+    res = run_bench(
+        rows=rows, mb=mb, group_mb=group_mb, repeat=repeat, subscribers=subscribers, address=address
+    )
     if as_json:
         click.echo(json.dumps(res))
-        return
-    rows = [
-        ("fan-out upstream / track bytes", f"{res['fanout_upstream_ratio']:.3f}"),
-        ("fan-out delivered / track bytes", f"{res['fanout_delivered_ratio']:.1f}"),
-        ("cross-node pull over MoQT (MB/s)", f"{res['pull_mb_s']:.1f}"),
-        ("cross-node ray.get (MB/s)", f"{res['ray_get_mb_s']:.1f}"),
-        ("MoQT pull / ray.get", f"{res['pull_vs_ray_get']:.2f}"),
-        ("same-node read via relay (ms, median)", f"{res['zero_copy_read_ms']:.3f}"),
-        ("zero-copy (read-only shared view)", str(res["zero_copy"])),
-    ]
-    w = max(len(k) for k, _ in rows)
-    for k, v in rows:
-        sys.stdout.write(f"{k:<{w}}  {v}\n")
+    else:
+        _print(res)
+    if res["failures"]:
+        sys.exit(1)
+
+
+def _print(res: dict[str, Any]) -> None:
+    click.echo(
+        f"{'backend':<8} {'datagram':>8} {'K':>2} {'pull MB/s':>10} {'ray.get MB/s':>13}"
+        f" {'pull/ray.get':>12} {'fail':>4}"
+    )
+    for r in res["rows"]:
+        click.echo(
+            f"{r['backend']:<8} {r['datagram']:>8} {r['planes']:>2} {r['pull_mb_s']:>10.1f}"
+            f" {r['ray_get_mb_s']:>13.1f} {r['pull_vs_ray_get']:>12.3f} {r['failures']:>4}"
+        )
+    click.echo(
+        f"\nfan-out ({res['subscribers']} subscribers): upstream/track "
+        f"{res['fanout_upstream_ratio']:.3f}, delivered/track {res['fanout_delivered_ratio']:.1f}"
+        f"; same-node read {res['zero_copy_read_ms']:.2f} ms (zero-copy: {res['zero_copy']})"
+    )
+    for r in res["rows"]:
+        for e in r["errors"]:
+            click.echo(f"FAILED {r['backend']} {r['datagram']} K={r['planes']}: {e}")

@@ -23,7 +23,9 @@ Fast-path levers, as in :mod:`.aio` where they apply:
 4. **Socket buffers and flow-control windows** from :class:`~.aio.TransportConfig`.
 5. **No pacing** (optional): the Rust pacer is replaced by one that never waits.
 
-qh3 takes ``bytes`` only: a ``memoryview`` or ``bytearray`` written to a stream is turned into
+qh3 1.9 reports a stream's end again when a duplicate frame arrives after it finished (a
+retransmission that crossed the ACK): such repeats are dropped here, or the session would see
+a new stream that ends before its header. qh3 takes ``bytes`` only: a ``memoryview`` or ``bytearray`` written to a stream is turned into
 ``bytes`` first (one copy; qh3 then copies it into its Rust send buffer). Invariants: every
 change is per connection (a connection subclass, never a patched module); nothing here knows
 MoQT beyond the ALPN.
@@ -57,6 +59,8 @@ __all__ = ["Qh3Protocol", "connect_qh3", "serve_qh3"]
 
 _SMALLEST_DATAGRAM = 1200
 _MAX_UDP_PAYLOAD = 65527
+_RX_DONE_MAX = 1 << 16
+"""Finished receive streams remembered to drop qh3's repeated end-of-stream events."""
 _MAX_SEND_DATAGRAM = 16384
 """qh3 writes every STREAM frame length as a 2-byte varint (like stock aioquic), so a frame
 must stay under 16,384 bytes: larger datagrams would carry corrupt frames to other stacks."""
@@ -200,6 +204,7 @@ class Qh3Protocol(QuicConnectionProtocol):
         self._drain_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._keepalive_handle: asyncio.TimerHandle | None = None
         self._pending_flush = False
+        self._rx_done: set[int] = set()
 
     @property
     def quic(self) -> Any:
@@ -244,6 +249,8 @@ class Qh3Protocol(QuicConnectionProtocol):
             peer = _Qh3Connection.peer_udp_limit.get(id(self._quic), _MAX_UDP_PAYLOAD)
             size = min(self.config.max_datagram_size, peer, _MAX_SEND_DATAGRAM)
             set_datagram_size(self._quic, max(_SMALLEST_DATAGRAM, size), pacing=self.config.pacing)
+        if isinstance(event, events.StreamDataReceived) and self._duplicate_end(event):
+            return
         translated = as_aioquic_event(event)
         if translated is not None:
             self.on_event(translated)
@@ -252,6 +259,18 @@ class Qh3Protocol(QuicConnectionProtocol):
             self._wake_drain_waiters(error=True)
             if self._keepalive_handle is not None:
                 self._keepalive_handle.cancel()
+
+    def _duplicate_end(self, event: events.StreamDataReceived) -> bool:
+        """qh3 1.9 re-reports the end of a stream when a duplicate frame arrives after the
+        stream finished (aioquic returns nothing once ``is_finished``): drop such repeats."""
+        sid = event.stream_id
+        if sid in self._rx_done:
+            return True
+        if event.end_stream:
+            self._rx_done.add(sid)
+            if len(self._rx_done) > _RX_DONE_MAX:  # forget the oldest half (lowest ids)
+                self._rx_done = set(sorted(self._rx_done)[_RX_DONE_MAX // 2 :])
+        return False
 
     def _schedule_keepalive(self) -> None:
         interval = self.config.keepalive

@@ -33,7 +33,9 @@ returns at once) to keep a zero-copy view for the relay's own reads.
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
+import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -45,11 +47,12 @@ from ray_kvmoq.moqt.objects import Group, MoqtObject
 
 from .cache import GroupKey, GroupStore, RelayCache
 from .directory import Directory, Location, NodeInfo
-from .events import TIMEOUT, TRACK_DOES_NOT_EXIST
+from .events import INTERNAL_ERROR, TIMEOUT, TRACK_DOES_NOT_EXIST, Upstream
 from .relay import GroupEnded, Relay, RelayError, TrackEnded, as_namespace, as_track
 
 __all__ = [
     "DIRECTORY_NAME",
+    "DataPlaneActor",
     "DirectoryActor",
     "RayDirectoryClient",
     "RayGroupStore",
@@ -300,6 +303,7 @@ class RelayActor:
         directory: Any = None,
         relay_id: str | None = None,
         heartbeat_s: float = 1.0,
+        data_planes: int | None = 0,
     ) -> None:
         self.ray_node_id = ray.get_runtime_context().get_node_id()
         self.node_id = relay_id or self.ray_node_id
@@ -315,6 +319,11 @@ class RelayActor:
         self._dclient: RayDirectoryClient | None = None
         self._starting: asyncio.Future[NodeInfo] | None = None
         self._heartbeat: asyncio.Task[None] | None = None
+        self.data_planes = default_data_planes() if data_planes is None else data_planes
+        """Data-plane processes (K) this relay runs; 0: it moves bytes in its own process."""
+        self._planes: list[Any] = []
+        self._plane_ports: tuple[int, ...] = ()
+        self._store = RayGroupStore()
         self.incarnation = secrets.token_hex(8)
         """Random id of this process's life (a restarted relay has a new one)."""
 
@@ -349,12 +358,14 @@ class RelayActor:
             self._net = RelayNetwork(node_id=self.node_id, host=self.host, port=self.port, **opts)
         self.relay = Relay(
             node_id=self.node_id,
-            cache=RelayCache(self.budget_bytes, RayGroupStore()),
+            cache=RelayCache(self.budget_bytes, self._store),
             directory=self._dclient,
-            connect=self._net.connect if self._net is not None else None,
+            connect=self._connect if self._net is not None else None,
         )
         if self._net is not None:
             self.port = await self._net.start(self.relay)
+            if self.data_planes > 0:
+                await self._start_planes(me, opts)
         info = self._info()
         if self._dclient is not None:
             epoch = await self._dclient.epoch()
@@ -363,7 +374,49 @@ class RelayActor:
         return info
 
     def _info(self) -> NodeInfo:
-        return NodeInfo(node_id=self.node_id, host=self.host, port=self.port)
+        return NodeInfo(
+            node_id=self.node_id, host=self.host, port=self.port, data_ports=self._plane_ports
+        )
+
+    async def _start_planes(self, me: Any, opts: dict[str, Any]) -> None:
+        """K data-plane actors on this node, each on a port chosen here (a restarted plane
+        binds the same one again, so the address in the directory stays right)."""
+        ports = tuple(_free_udp_port(self.host) for _ in range(self.data_planes))
+        strategy = NodeAffinitySchedulingStrategy(self.ray_node_id, soft=False)
+        self._planes = [
+            DataPlaneActor.options(  # type: ignore[attr-defined]
+                num_cpus=0, scheduling_strategy=strategy, max_restarts=-1
+            ).remote(relay=me, node_id=self.node_id, host=self.host, port=p, network=opts)
+            for p in ports
+        ]
+        self._plane_ports = tuple(await asyncio.gather(*(p.start.remote() for p in self._planes)))
+
+    async def _connect(self, info: NodeInfo) -> Upstream:
+        """The upstream for a peer relay: striped over the data planes when both ends run
+        them, else the pooled session to the peer relay itself."""
+        assert self._net is not None
+        control = await self._net.connect(info)
+        if not self._planes or not info.data_ports:
+            return control
+        from .dataplane import StripedUpstream
+
+        return StripedUpstream(control, info, len(self._planes), self._plane_pull)
+
+    async def _plane_pull(
+        self, index: int, peer: NodeInfo, ns: tuple[bytes, ...], track: bytes, first: int, last: int
+    ) -> AsyncIterator[Group]:
+        """Groups from data plane ``index``: each arrives as an object-store ref this relay owns
+        (a streaming return), which the cache adopts instead of putting a copy."""
+        gen = self._planes[index].pull.remote(peer.host, peer.port, ns, track, first, last)
+        try:
+            async for ref in gen:
+                group = await ref
+                self._store.adopt(group, ref)
+                yield group
+        except RelayError:
+            raise
+        except ray.exceptions.RayError as exc:
+            raise RelayError(INTERNAL_ERROR, f"data plane {index} failed: {exc!r}"[:300]) from None
 
     async def _keep_directory(self, epoch: str) -> None:
         """Heartbeat: when the directory comes back empty (new epoch), register again and
@@ -371,6 +424,8 @@ class RelayActor:
         assert self._dclient is not None and self.relay is not None
         while True:
             await asyncio.sleep(self._heartbeat_s)
+            for plane in self._planes:  # a restarted plane starts on its first call
+                plane.start.remote()
             try:
                 now = await asyncio.wait_for(self._dclient.epoch(), 10 * self._heartbeat_s)
                 if now != epoch:
@@ -482,6 +537,31 @@ class RelayActor:
                 return [h[0] for h in handles]
         raise RelayError(TRACK_DOES_NOT_EXIST, "groups were evicted before use (budget too small)")
 
+    async def fetch_refs(
+        self, namespace: tuple[bytes, ...], track: bytes, first: int, last: int
+    ) -> tuple[list[tuple[int, Any]], bool]:
+        """For this node's data planes: (group id, ref) of every group of ``first..last`` that
+        can be had (missing ones pulled first), and whether the last one ends the track."""
+        relay = await self._ready()
+        _, eot = relay.cache.track_info(namespace, track)
+        if eot is not None:
+            last = min(last, eot[0])
+        ids = list(range(first, last + 1))
+        try:
+            await relay.ensure_groups(namespace, track, ids)
+        except RelayError:
+            pass  # serve what exists; nothing at all is an error below
+        now = time.monotonic()
+        out = []
+        for g in ids:
+            handle = relay.cache.group_handle(namespace, track, g, now)
+            if handle is not None:
+                out.append((g, handle[0]))
+        if not out:
+            raise RelayError(TRACK_DOES_NOT_EXIST, f"no groups {first}..{last} here")
+        _, eot = relay.cache.track_info(namespace, track)
+        return out, eot is not None and out[-1][0] >= eot[0]
+
     async def subscribe_groups(
         self,
         namespace: Sequence[str | bytes] | str,
@@ -554,13 +634,75 @@ class RelayActor:
         return self.node_id
 
     async def shutdown(self) -> None:
-        """Close the MoQT server, the peer sessions and the relay."""
+        """Close the MoQT server, the peer sessions, the data planes and the relay."""
         if self._heartbeat is not None:
             self._heartbeat.cancel()
+        for plane in self._planes:
+            ray.kill(plane)
         if self._net is not None:
             await self._net.close()
         if self.relay is not None:
             await self.relay.close()
+
+
+def default_data_planes() -> int:
+    """K when unset: min(cores of this node, 8)."""
+    return min(os.cpu_count() or 1, 8)
+
+
+def _free_udp_port(host: str) -> int:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+@ray.remote(num_cpus=0)
+class DataPlaneActor:
+    """One data-plane process of a node's relay (see :mod:`.dataplane`): a QUIC endpoint that
+    serves FETCH from the relay's object-store refs and pulls ranges for it. Created by the
+    relay (it dies with it); restartable on the same port."""
+
+    def __init__(
+        self, *, relay: Any, node_id: str, host: str, port: int, network: dict[str, Any]
+    ) -> None:
+        from .dataplane import DataPlane
+
+        self._relay = relay
+        self._plane = DataPlane(node_id=node_id, host=host, port=port, **network)
+        self._started: asyncio.Future[int] | None = None
+
+    async def start(self) -> int:
+        """Listen (idempotent); returns the bound UDP port."""
+        if self._started is None:
+            self._started = asyncio.get_running_loop().create_future()
+            self._started.set_result(await self._plane.start(self._source))
+        return await asyncio.shield(self._started)
+
+    async def _source(
+        self, ns: tuple[bytes, ...], track: bytes, first: int, last: int
+    ) -> tuple[list[tuple[int, Awaitable[Group]]], bool]:
+        items, ends = await self._relay.fetch_refs.remote(ns, track, first, last)
+        return [(gid, _resolve_ref(ref)) for gid, ref in items], ends
+
+    async def pull(
+        self, host: str, port: int, ns: tuple[bytes, ...], track: bytes, first: int, last: int
+    ) -> AsyncIterator[Group]:
+        """Groups ``first..last`` from the data plane at ``host:port``, each yielded (into the
+        object store, owned by the caller) as soon as it is complete."""
+        await self.start()
+        peer = NodeInfo(node_id="peer", host=host, port=port)
+        async for group in self._plane.pull(peer, ns, track, first, last):
+            yield group
+
+    async def ping(self) -> int:
+        """Liveness probe; starts a restarted plane."""
+        return await self.start()
+
+
+async def _resolve_ref(ref: Any) -> Group:
+    group: Group = await ref
+    return group
 
 
 def _regroup(group: Group, group_id: int) -> Group:
@@ -579,6 +721,7 @@ def start_relays(
     name_prefix: str = "kvmoq_relay_",
     namespace: str | None = None,
     detached: bool = True,
+    data_planes: int | None = None,
 ) -> dict[str, Any]:
     """Start (or find) one pinned relay per node and the directory; returns node id → handle.
 
@@ -586,7 +729,9 @@ def start_relays(
     relay derives it from ``$KVMOQ_CLUSTER_SECRET`` (hex, same on every node; pass it in the
     job's ``runtime_env``) if set, else its sessions use self-signed certificates, no tokens.
     ``network`` holds extra :class:`~.downstream.RelayNetwork` options (``idle_timeout_s``,
-    ``transport_options``). Relays and directory are detached and restartable (they survive
+    ``transport_options``). ``data_planes``: K data-plane processes per relay (None: min(the
+    node's cores, 8); 0: the relay moves bytes itself). Relays and directory are detached and
+    restartable (they survive
     the caller; see the module docstring) unless ``detached=False``. Idempotent: existing
     named relays are returned as they are (their options are not changed). Synchronous
     driver-side helper (the serving app's builder or a test).
@@ -612,6 +757,7 @@ def start_relays(
             budget_bytes=budget_bytes,
             network=network,
             directory=directory,
+            data_planes=data_planes,
         )
     ray.get([h.start.remote() for h in handles.values()], timeout=timeout_s)
     return handles

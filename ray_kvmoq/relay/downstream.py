@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from ray_kvmoq.moqt import api
@@ -54,6 +54,7 @@ from .security import ClusterSecurity, token_value
 from .upstream import IMPLEMENTATION, PeerPool, SessionUpstream
 
 __all__ = [
+    "GuardedHandler",
     "NamespaceHub",
     "RelayHandler",
     "RelayNetwork",
@@ -124,17 +125,14 @@ class NamespaceHub:
         task.add_done_callback(self._tasks.discard)
 
 
-class RelayHandler(api.SessionHandler):
-    """Answers one downstream session's requests from the relay."""
+class GuardedHandler(api.SessionHandler):
+    """The token checks every downstream session gets: the setup token is verified (session
+    closed on failure), each request is authorised against its namespace with its own token,
+    falling back to the setup token."""
 
-    def __init__(
-        self, relay: Relay, verifier: TokenVerifier | None, hub: NamespaceHub | None = None
-    ) -> None:
-        self.relay = relay
+    def __init__(self, verifier: TokenVerifier | None) -> None:
         self.verifier = verifier
-        self.hub = hub if hub is not None else NamespaceHub()
         self.setup_token: bytes | None = None
-        self.upstream: SessionUpstream | None = None
         self.group_markers = False
         """End each group with an END_OF_GROUP status object: only for peers that are ours
         (MOQT_IMPLEMENTATION ``ray_kvmoq``), whose subscriptions surface them as group ends;
@@ -162,6 +160,18 @@ class RelayHandler(api.SessionHandler):
             )
         except AuthError as exc:
             raise api.RequestError(exc.request_code, str(exc)) from None
+
+
+class RelayHandler(GuardedHandler):
+    """Answers one downstream session's requests from the relay."""
+
+    def __init__(
+        self, relay: Relay, verifier: TokenVerifier | None, hub: NamespaceHub | None = None
+    ) -> None:
+        super().__init__(verifier)
+        self.relay = relay
+        self.hub = hub if hub is not None else NamespaceHub()
+        self.upstream: SessionUpstream | None = None
 
     async def on_publish_namespace(
         self, session: api.MoqtConnection, request: api.NamespaceRequest
@@ -383,13 +393,14 @@ class RelayNetwork:
         self._server: api.MoqtServer | None = None
 
     async def start(self, relay: Relay) -> int:
-        """Listen; returns the bound UDP port."""
+        """Listen with a :class:`RelayHandler` per session; returns the bound UDP port."""
         verifier, hub = self.verifier, self.hub
+        return await self.serve(lambda: RelayHandler(relay, verifier, hub))
+
+    async def serve(self, handler_factory: Callable[[], api.SessionHandler]) -> int:
+        """Listen with ``handler_factory()`` per session; returns the bound UDP port."""
         self._server = await api.serve(
-            self.host,
-            self.port,
-            transport=self._server_tc,
-            handler_factory=lambda: RelayHandler(relay, verifier, hub),
+            self.host, self.port, transport=self._server_tc, handler_factory=handler_factory
         )
         self.port = self._server.port
         return self.port
