@@ -21,7 +21,8 @@ Fast-path levers, as in :mod:`.aio` where they apply:
    off (the size is configured). A qh3 client advertises the ``max_udp_payload_size`` it really
    receives (65,527), not qh3's fixed 1,472.
 4. **Socket buffers and flow-control windows** from :class:`~.aio.TransportConfig`.
-5. **No pacing** (optional): the Rust pacer is replaced by one that never waits.
+5. **Pacing that survives coarse timers** (:class:`~.aio.GranularPacer` replaces the Rust
+   pacer after the handshake), or no pacing at all.
 
 qh3 1.9 reports a stream's end again when a duplicate frame arrives after it finished (a
 retransmission that crossed the ACK): such repeats are dropped here, or the session would see
@@ -50,7 +51,6 @@ from qh3.quic import events
 from qh3.quic.configuration import QuicConfiguration
 from qh3.quic.connection import NetworkAddress, QuicConnection
 from qh3.quic.packet import pull_quic_transport_parameters, push_quic_transport_parameters
-from qh3.quic.recovery import QuicPacketPacer
 
 if TYPE_CHECKING:
     from .aio import QuicListener, TransportConfig
@@ -141,15 +141,21 @@ class _NoPacer:
         return None
 
 
-def set_datagram_size(quic: QuicConnection, size: int, *, pacing: bool) -> None:
-    """Switch a qh3 connection to ``size``-byte datagrams (builder, congestion window, pacer)."""
+def set_datagram_size(quic: QuicConnection, size: int, *, config: TransportConfig) -> None:
+    """Switch a qh3 connection to ``size``-byte datagrams (builder, congestion window, pacer:
+    :class:`~.aio.GranularPacer` in place of qh3's own, or none without pacing)."""
+    from .aio import GranularPacer
+
     quic._max_datagram_size = size
     quic._mtu_probe_sizes = []
     loss = quic._loss
     cc = loss._cc
     cc._max_datagram_size = size
     cc.congestion_window = max(cc.congestion_window, 10 * size)
-    pacer: Any = QuicPacketPacer(size) if pacing else _NoPacer()
+    pacer: Any = _NoPacer()
+    if config.pacing:
+        pacer = GranularPacer(max_datagram_size=size, granularity=config.pacing_granularity)
+        pacer.update_rate(cc.congestion_window, max(loss._rtt_smoothed, loss._rtt_initial))
     loss._pacer = pacer
 
 
@@ -248,7 +254,7 @@ class Qh3Protocol(QuicConnectionProtocol):
             self._schedule_keepalive()
             peer = _Qh3Connection.peer_udp_limit.get(id(self._quic), _MAX_UDP_PAYLOAD)
             size = min(self.config.max_datagram_size, peer, _MAX_SEND_DATAGRAM)
-            set_datagram_size(self._quic, max(_SMALLEST_DATAGRAM, size), pacing=self.config.pacing)
+            set_datagram_size(self._quic, max(_SMALLEST_DATAGRAM, size), config=self.config)
         if isinstance(event, events.StreamDataReceived) and self._duplicate_end(event):
             return
         translated = as_aioquic_event(event)
