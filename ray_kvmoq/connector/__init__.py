@@ -38,9 +38,7 @@ _WHERE = {
 }
 
 
-def kv_transfer_config(
-    role: str = "kv_both", **extra: Any
-) -> dict[str, Any]:
+def kv_transfer_config(role: str = "kv_both", **extra: Any) -> dict[str, Any]:
     """The ``kv_transfer_config`` dict that loads this connector (``extra``: its settings)."""
     if role not in ("kv_both", "kv_producer", "kv_consumer"):
         raise ValueError(f"kv_role must be kv_both, kv_producer or kv_consumer, got {role!r}")

@@ -102,7 +102,11 @@ class RelayBridge:
         return handles[self.node_id]
 
     def _call(
-        self, method: str, *args: Any, timeout_s: float, relay_timeout_s: float | None = None,
+        self,
+        method: str,
+        *args: Any,
+        timeout_s: float,
+        relay_timeout_s: float | None = None,
         **kwargs: Any,
     ) -> Any:
         """``relay.method(*args, **kwargs)``, waited for at most ``timeout_s``; a
@@ -207,6 +211,10 @@ class RelayBridge:
     def end_track(self, namespace: Namespace, track: bytes, last_group: int) -> None:
         """Mark a track complete after ``last_group``."""
         self._call("end_track", namespace, track, last_group, timeout_s=30.0)
+
+    def flush_directory(self, timeout_s: float = 30.0) -> None:
+        """Wait until the directory has seen every group published on the node relay so far."""
+        self._call("flush_directory", timeout_s=timeout_s)
 
     def stats(self) -> dict[str, int]:
         """The node relay's counters."""

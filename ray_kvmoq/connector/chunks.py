@@ -24,7 +24,7 @@ import torch
 from ray_kvmoq.kvcache.ac import build_codebook
 from ray_kvmoq.kvcache.errors import MalformedPayloadError
 from ray_kvmoq.kvcache.integrity import KV_DIGEST_EXTENSION, attach_digest, verify
-from ray_kvmoq.kvcache.layout import KVGeometry, parse_header
+from ray_kvmoq.kvcache.layout import KVGeometry, OutDType, parse_header
 from ray_kvmoq.kvcache.registry import get_codec
 from ray_kvmoq.relay.cache import CachedObject
 
@@ -83,7 +83,9 @@ def decode_group(
         raise MalformedPayloadError(
             f"group geometry {head.geometry} differs from the engine's {geometry}"
         )
-    out = "bf16" if dtype == torch.bfloat16 else "float16" if dtype == torch.float16 else "float32"
+    out: OutDType = (
+        "bf16" if dtype == torch.bfloat16 else "float16" if dtype == torch.float16 else "float32"
+    )
     arr = get_codec(track).decode_objects(payloads, geometry, dtype=out, codebook=codebook)
     t = torch.from_numpy(arr)
     return t.view(torch.bfloat16) if out == "bf16" else t

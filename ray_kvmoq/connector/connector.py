@@ -16,13 +16,14 @@ or :class:`~.worker.WorkerSide` (STYLE rule 8: scheduler-side and worker-side me
 their banners). Roles: ``kv_both`` loads prefixes and publishes what it computes;
 ``kv_producer`` also publishes each prompt's partial last chunk and returns
 ``kv_transfer_params`` naming its groups; ``kv_consumer`` loads but publishes nothing.
-A request can switch loading off (``kv_transfer_params={"kvmoq": {"load": false}}``) or pick
-another track compression (``{"kvmoq": {"codec": "Int8"}}``).
+A request can switch loading or publishing off (``kv_transfer_params={"kvmoq": {"load": false,
+"publish": false}}``) or pick another track compression (``{"kvmoq": {"codec": "Int8"}}``).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -38,7 +39,7 @@ from .bridge import RelayBridge
 from .config import ConnectorConfig, ConnectorConfigError
 from .identity import model_fingerprint, namespace_model_name
 from .metadata import MoqtConnectorMetadata
-from .paged import KV_IN_BLOCK, KV_IN_CHANNEL
+from .paged import ChannelLayout, CpuLayout, PagedLayout
 from .scheduler import SchedulerSide
 from .stats import ConnectorCounters, MoqtConnectorStats, MoqtPromMetrics
 from .worker import WorkerSide
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
     from vllm.v1.kv_cache_interface import KVCacheConfig
     from vllm.v1.request import Request
 
-__all__ = ["MoqtKVConnector"]
+__all__ = ["MoqtKVConnector", "kv_model_name"]
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,11 @@ class MoqtKVConnector(KVConnectorBase_V1):
         role: KVConnectorRole,
         kv_cache_config: KVCacheConfig | None = None,
     ) -> None:
-        super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
+        super().__init__(
+            vllm_config=vllm_config,
+            role=role,
+            kv_cache_config=kv_cache_config,  # type: ignore[arg-type]  # None in old callers
+        )
         ktc = self._kv_transfer_config
         self.conf = ConnectorConfig.from_extra(ktc.kv_connector_extra_config)
         _check_engine(vllm_config)
@@ -78,16 +83,7 @@ class MoqtKVConnector(KVConnectorBase_V1):
         self._worker: WorkerSide | None = None
         if role == KVConnectorRole.SCHEDULER:
             mc = vllm_config.model_config
-            served = (mc.served_model_name or mc.model) if mc is not None else "model"
-            served = served[0] if isinstance(served, list | tuple) else served
-            model = self.conf.model_name or namespace_model_name(
-                str(served),
-                model_fingerprint(
-                    str(mc.model),
-                    dtype=str(mc.dtype),
-                    kv_cache_dtype=str(vllm_config.cache_config.cache_dtype),
-                ),
-            )
+            model = kv_model_name(vllm_config, self.conf)
             self._sched = SchedulerSide(
                 self.conf,
                 bridge=self.bridge,
@@ -99,11 +95,9 @@ class MoqtKVConnector(KVConnectorBase_V1):
             )
             log.info("MoQT KV connector (scheduler): model %s, role %s", model, ktc.kv_role)
         else:
-            from vllm.platforms import current_platform
-
             self._worker = WorkerSide(
                 bridge=self.bridge,
-                layout=KV_IN_BLOCK if current_platform.is_cpu() else KV_IN_CHANNEL,
+                make_layout=_layout_factory(vllm_config, self.block_size),
                 block_size=self.block_size,
                 chunk_size=self.conf.chunk_size,
                 load_timeout_s=self.conf.load_timeout_s,
@@ -220,6 +214,39 @@ class MoqtKVConnector(KVConnectorBase_V1):
         if self._worker is not None:
             return self._worker.totals
         return self.scheduler.counters
+
+
+def _layout_factory(
+    vllm_config: VllmConfig, block_size: int
+) -> Callable[[int, torch.dtype], PagedLayout]:
+    """How this engine's paged caches are laid out (see ``paged.py``)."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return lambda head_dim, dtype: ChannelLayout()
+    from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
+
+    cache_dtype = str(vllm_config.cache_config.cache_dtype)
+
+    def make(head_dim: int, dtype: torch.dtype) -> PagedLayout:
+        isa = _get_attn_isa(dtype, block_size, head_dim, cache_dtype)
+        return CpuLayout(isa, block_size, head_dim, dtype)
+
+    return make
+
+
+def kv_model_name(vllm_config: VllmConfig, conf: ConnectorConfig) -> str:
+    """The KV namespace model field for this engine: ``<served name>@<weights fingerprint>``
+    (or the configured ``model_name``)."""
+    if conf.model_name:
+        return conf.model_name
+    mc = vllm_config.model_config
+    served = mc.served_model_name or mc.model
+    served = served[0] if isinstance(served, list | tuple) else served
+    fingerprint = model_fingerprint(
+        str(mc.model), dtype=str(mc.dtype), kv_cache_dtype=str(vllm_config.cache_config.cache_dtype)
+    )
+    return namespace_model_name(str(served), fingerprint)
 
 
 def _check_engine(vllm_config: VllmConfig) -> None:

@@ -1,95 +1,181 @@
 """vLLM's paged KV cache ↔ draft-shi-moq-kvcache chunks ``[L, 2, H, T, D]``.
 
-vLLM 0.32 hands every attention layer's cache to connectors as one ``[B, H, N, C]`` tensor (B
-blocks, H KV heads, N = block size, C = 2·head size), but what ``C`` holds depends on the
-attention backend, so the split into K and V is backend-specific:
+vLLM 0.32 hands connectors every attention layer's cache as one ``[B, H, N, C]`` tensor (B
+blocks, H KV heads, N = block size, C = 2·head size), but where a token's K and V sit inside a
+block is backend-specific — and on the CPU backend even ISA-specific:
 
-* ``CPU_ATTN`` (vLLM's CPU backend) reinterprets each (block, head) run as K rows then V rows:
-  the memory is ``[B, H, 2, N, D]`` (``cpu_attn.py`` views it as ``[B, H, 2N, D]`` and chunks).
-* FlashAttention and FlashInfer (CUDA) keep K and V side by side per token: ``[B, H, N, 2, D]``
-  (``kv_cache.transpose(1, 2).split(head_size, dim=-1)`` in their forward).
+* **CPU** (``CPU_ATTN``): each (block, head) run holds a K region then a V region of ``N·D``
+  values each, laid out for the attention kernel of the CPU's ISA: K transposed (``vec``,
+  ``vec16``) or VNNI-paired (``amx``), V token-major or VNNI-paired. Rather than re-deriving
+  those packings, :class:`CpuLayout` *probes* vLLM's own cache-write kernel
+  (``cpu_attn_reshape_and_cache``) once at start-up with position-coded values, which yields the
+  exact permutation from token-major ``[N, D]`` to each region; it writes loaded tokens with that
+  same kernel and reads tokens back through the inverse permutation. Tests check the round trip
+  against the kernel for every ISA this machine runs.
+* **CUDA** (FlashAttention, FlashInfer): K and V side by side per token, ``[B, H, N, 2, D]``
+  (their forward does ``kv_cache.transpose(1, 2).split(head_size, dim=-1)``), which
+  :class:`ChannelLayout` indexes directly (not run here: no GPU in CI).
 
-:class:`PagedLayout` turns a layer tensor into that 5-D view (no copy) and moves the tokens of any
-position range between the blocks of a request and a token-major ``[T, H, 2, D]`` array, for any
-block size (a chunk may span many blocks, or a block many chunks). Gathers copy only the
-requested tokens; scatters write in place through the view, so the engine's cache tensor itself
-is updated. Chunks for the codecs are assembled by :func:`gather_chunk` and written back by
-:func:`scatter_chunk` over all layers in layer order.
+Both move the tokens of any position range between a request's blocks and ``[T, H, 2, D]``, for
+any block size (a chunk may span many blocks, a block many chunks); gathers copy only the blocks
+involved, scatters write in place, so the engine's cache tensor itself is updated.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 import torch
 
 __all__ = [
-    "KV_IN_BLOCK",
-    "KV_IN_CHANNEL",
+    "ChannelLayout",
+    "CpuLayout",
     "LayerCaches",
     "PagedLayout",
     "gather_chunk",
-    "layout_for_backend",
     "order_layers",
     "scatter_chunk",
     "slot_index",
 ]
 
 
-@dataclass(frozen=True, kw_only=True)
+def _check_layer(layer: torch.Tensor) -> tuple[int, int, int, int]:
+    if layer.dim() != 4 or layer.shape[-1] % 2:
+        raise ValueError(
+            f"expected a [blocks, kv_heads, block_size, 2*head_size] KV layer, got "
+            f"{tuple(layer.shape)}"
+        )
+    n_b, n_h, n_n, c = layer.shape
+    return n_b, n_h, n_n, c // 2
+
+
 class PagedLayout:
-    """Where K and V of a token sit inside vLLM's ``[B, H, N, 2·D]`` layer tensor."""
+    """Where K and V of each token sit inside vLLM's ``[B, H, N, 2·D]`` layer tensor."""
 
-    name: str
-    """``kv_in_block`` (CPU) or ``kv_in_channel`` (FlashAttention / FlashInfer)."""
+    name = "abstract"
 
-    def view(self, layer: torch.Tensor) -> torch.Tensor:
-        """The layer tensor as ``[B, H, 2, N, D]`` (kv_in_block) or ``[B, H, N, 2, D]``."""
-        if layer.dim() != 4 or layer.shape[-1] % 2:
-            raise ValueError(
-                f"expected a [blocks, kv_heads, block_size, 2*head_size] KV layer, got "
-                f"{tuple(layer.shape)}"
-            )
-        n_b, n_h, n_n, c = layer.shape
-        if self.name == "kv_in_block":
-            return layer.view(n_b, n_h, 2, n_n, c // 2)
-        return layer.view(n_b, n_h, n_n, 2, c // 2)
-
-    def gather(self, layer: torch.Tensor, blocks: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    def gather(
+        self, layer: torch.Tensor, blocks: torch.Tensor, offsets: torch.Tensor
+    ) -> torch.Tensor:
         """Tokens at (``blocks[i]``, ``offsets[i]``) as a new ``[T, H, 2, D]`` tensor."""
-        v = self.view(layer)
-        if self.name == "kv_in_block":
-            return v[blocks, :, :, offsets, :]  # advanced dims first: [T, H, 2, D]
-        return v[blocks, :, offsets, :, :]
+        raise NotImplementedError
 
     def scatter(
         self, layer: torch.Tensor, blocks: torch.Tensor, offsets: torch.Tensor, src: torch.Tensor
     ) -> None:
         """Write ``src`` ``[T, H, 2, D]`` into the tokens at (``blocks[i]``, ``offsets[i]``)."""
-        v = self.view(layer)
-        if self.name == "kv_in_block":
-            v[blocks, :, :, offsets, :] = src
-        else:
-            v[blocks, :, offsets, :, :] = src
+        raise NotImplementedError
 
 
-KV_IN_BLOCK = PagedLayout(name="kv_in_block")
-KV_IN_CHANNEL = PagedLayout(name="kv_in_channel")
+class ChannelLayout(PagedLayout):
+    """FlashAttention / FlashInfer: ``[B, H, N, 2, D]`` (K and V side by side per token)."""
+
+    name = "kv_in_channel"
+
+    def _view(self, layer: torch.Tensor) -> torch.Tensor:
+        n_b, n_h, n_n, d = _check_layer(layer)
+        return layer.view(n_b, n_h, n_n, 2, d)
+
+    def gather(
+        self, layer: torch.Tensor, blocks: torch.Tensor, offsets: torch.Tensor
+    ) -> torch.Tensor:
+        return self._view(layer)[blocks, :, offsets, :, :]  # advanced dims first: [T, H, 2, D]
+
+    def scatter(
+        self, layer: torch.Tensor, blocks: torch.Tensor, offsets: torch.Tensor, src: torch.Tensor
+    ) -> None:
+        self._view(layer)[blocks, :, offsets, :, :] = src
 
 
-def layout_for_backend(backend_name: str) -> PagedLayout:
-    """The layout of a vLLM attention backend (by ``AttentionBackend.get_name()``)."""
-    name = backend_name.upper()
-    if name.startswith("CPU"):
-        return KV_IN_BLOCK
-    if "FLASH" in name or "TRITON" in name:
-        return KV_IN_CHANNEL
-    raise ValueError(
-        f"attention backend {backend_name!r} is not supported by the MoQT KV connector "
-        "(supported: CPU_ATTN, FLASH_ATTN, FLASHINFER, TRITON_ATTN)"
-    )
+class CpuLayout(PagedLayout):
+    """vLLM's CPU backend for one ISA, block size and head size (see the module docstring)."""
+
+    name = "cpu"
+
+    def __init__(self, isa: str, block_size: int, head_dim: int, dtype: torch.dtype) -> None:
+        self.isa = isa
+        self.block_size = block_size
+        self.head_dim = head_dim
+        self.dtype = dtype
+        src_k, src_v = _probe_cpu_kernel(isa, block_size, head_dim, dtype)
+        # cache position j holds token-major value src[j]; reading back is the inverse map
+        self._inv_k = torch.argsort(src_k)
+        self._inv_v = torch.argsort(src_v)
+
+    def __repr__(self) -> str:
+        return f"<CpuLayout {self.isa} N={self.block_size} D={self.head_dim} {self.dtype}>"
+
+    def gather(
+        self, layer: torch.Tensor, blocks: torch.Tensor, offsets: torch.Tensor
+    ) -> torch.Tensor:
+        n_b, n_h, n_n, d = _check_layer(layer)
+        uniq, where = torch.unique(blocks, return_inverse=True)
+        region = layer.view(n_b, n_h, 2, n_n * d)[uniq]  # only the blocks involved
+        k = region[:, :, 0][..., self._inv_k].view(len(uniq), n_h, n_n, d)
+        v = region[:, :, 1][..., self._inv_v].view(len(uniq), n_h, n_n, d)
+        kv = torch.stack((k, v), dim=2)  # [nb, H, 2, N, D]
+        return kv[where, :, :, offsets, :]  # [T, H, 2, D]
+
+    def scatter(
+        self, layer: torch.Tensor, blocks: torch.Tensor, offsets: torch.Tensor, src: torch.Tensor
+    ) -> None:
+        from vllm import _custom_ops as ops
+
+        n_b, n_h, n_n, d = _check_layer(layer)
+        key_cache, value_cache = layer.view(n_b, n_h, 2 * n_n, d).chunk(2, dim=2)
+        src = src.to(layer.dtype)
+        ops.cpu_attn_reshape_and_cache(
+            src[:, :, 0].contiguous(),
+            src[:, :, 1].contiguous(),
+            key_cache,
+            value_cache,
+            (blocks * n_n + offsets).to(torch.long),
+            self.isa,
+            k_scale=1.0,
+            v_scale=1.0,
+            kv_cache_dtype="auto",
+        )
+
+
+def _probe_cpu_kernel(
+    isa: str, block_size: int, head_dim: int, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each position of a block's K and V regions, the token-major index (``t·D + d``)
+    vLLM's cache-write kernel stores there. Four writes of one base-16 digit of the index each
+    (small integers are exact in every KV dtype) spell it out."""
+    from vllm import _custom_ops as ops
+
+    n = block_size * head_dim
+    idx = torch.arange(n)
+    src_k = torch.zeros(n, dtype=torch.long)
+    src_v = torch.zeros(n, dtype=torch.long)
+    for p in range((max(n - 1, 1).bit_length() + 3) // 4):
+        cache = torch.zeros(1, 1, block_size, 2 * head_dim, dtype=dtype)
+        key_cache, value_cache = cache.view(1, 1, 2 * block_size, head_dim).chunk(2, dim=2)
+        digit = (((idx >> (4 * p)) & 15) + 1).to(dtype).view(block_size, 1, head_dim)
+        ops.cpu_attn_reshape_and_cache(
+            digit,
+            digit,
+            key_cache,
+            value_cache,
+            torch.arange(block_size),
+            isa,
+            k_scale=1.0,
+            v_scale=1.0,
+            kv_cache_dtype="auto",
+        )
+        flat = cache.view(2, n).float().round().long() - 1
+        src_k |= flat[0] << (4 * p)
+        src_v |= flat[1] << (4 * p)
+    for name, src in (("K", src_k), ("V", src_v)):
+        if not torch.equal(torch.sort(src).values, idx):
+            raise ValueError(
+                f"vLLM's CPU KV layout for isa={isa!r}, block size {block_size}, head size "
+                f"{head_dim} is not a permutation of the {name} tokens; the MoQT connector "
+                "cannot read it"
+            )
+    return src_k, src_v
 
 
 LayerCaches = Mapping[str, torch.Tensor]

@@ -69,6 +69,7 @@ class _Req:
     namespace: Namespace
     hashes: list[bytes]
     load_allowed: bool
+    publish_allowed: bool
     producer: bool
     remote: TransferParams | None
     lookup_ref: Any = None
@@ -132,6 +133,7 @@ class SchedulerSide:
             namespace=kv_namespace(self.model, prompt_id(salt, tokens)),
             hashes=chunk_hashes(salt, self.model, tokens, self.conf.chunk_size),
             load_allowed=ours.get("load", True) is not False,
+            publish_allowed=ours.get("publish", True) is not False,
             producer=producer and not self.consumer_only,
             remote=TransferParams.from_json(ours) if "groups" in ours else None,
         )
@@ -269,15 +271,15 @@ class SchedulerSide:
     def build_connector_meta(self, out: SchedulerOutput) -> MoqtConnectorMetadata:
         """This step's loads (planned since the last step) and saves (groups it completes)."""
         meta = MoqtConnectorMetadata()
-        for st in self._reqs.values():
-            if st.pending_load is not None:
-                meta.loads.append(st.pending_load)
-                st.pending_load = None
+        for pending in self._reqs.values():
+            if pending.pending_load is not None:
+                meta.loads.append(pending.pending_load)
+                pending.pending_load = None
         for new in out.scheduled_new_reqs:
-            st = self._reqs.get(new.req_id)
-            if st is not None:
-                st.block_ids = list(new.block_ids[0])
-                self._saves(st, new.num_computed_tokens, out, meta)
+            fresh = self._reqs.get(new.req_id)
+            if fresh is not None:
+                fresh.block_ids = list(new.block_ids[0])
+                self._saves(fresh, new.num_computed_tokens, out, meta)
         cached = out.scheduled_cached_reqs
         for i, req_id in enumerate(cached.req_ids):
             st = self._reqs.get(req_id)
@@ -296,7 +298,7 @@ class SchedulerSide:
         self, st: _Req, computed: int, out: SchedulerOutput, meta: MoqtConnectorMetadata
     ) -> None:
         """Groups of ``st``'s prompt that this step completes."""
-        if self.consumer_only:
+        if self.consumer_only or not st.publish_allowed:
             return
         c = self.conf.chunk_size
         done = min(computed + out.num_scheduled_tokens.get(st.req_id, 0), len(st.tokens))

@@ -131,4 +131,4 @@ class MoqtPromMetrics(KVConnectorPromMetrics):
         for name, value in transfer_stats_data.items():
             per_engine = self._counters.get(name)
             if per_engine is not None and value:
-                per_engine[engine_idx].inc(value)
+                per_engine[engine_idx].inc(value)  # type: ignore[union-attr]  # Counters only

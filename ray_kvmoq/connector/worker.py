@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,9 @@ from .chunks import CODEBOOK_GROUP, Codebooks, decode_group, encode_chunk
 from .metadata import LoadSpec, MoqtConnectorMetadata, SaveSpec
 from .paged import LayerCaches, PagedLayout, gather_chunk, order_layers, scatter_chunk, slot_index
 from .stats import ConnectorCounters
+
+LayoutFactory = Callable[[int, torch.dtype], PagedLayout]
+"""(head size, KV dtype) → the engine's paged layout (made once the caches are registered)."""
 
 __all__ = ["WorkerSide"]
 
@@ -65,13 +69,14 @@ class WorkerSide:
         self,
         *,
         bridge: RelayBridge,
-        layout: PagedLayout,
+        make_layout: LayoutFactory,
         block_size: int,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         load_timeout_s: float = 10.0,
     ) -> None:
         self.bridge = bridge
-        self.layout = layout
+        self._make_layout = make_layout
+        self.layout: PagedLayout | None = None
         self.block_size = block_size
         self.chunk_size = chunk_size
         self.load_timeout_s = load_timeout_s
@@ -93,17 +98,25 @@ class WorkerSide:
     # ---- registration ----------------------------------------------------------------------
 
     def register_kv_caches(self, kv_caches: LayerCaches) -> None:
-        """Remember the engine's per-layer KV tensors (in model order) and their geometry."""
+        """Remember the engine's per-layer KV tensors (in model order), their geometry and
+        their paged layout."""
         self.caches = dict(kv_caches)
         self.layers = order_layers(list(self.caches))
         first = self.caches[self.layers[0]]
-        view = self.layout.view(first)
-        n_h, d = first.shape[1], view.shape[-1]
+        if first.dim() != 4 or first.shape[-1] % 2:
+            raise ValueError(f"unexpected KV cache tensor shape {tuple(first.shape)}")
+        n_h, d = int(first.shape[1]), int(first.shape[-1]) // 2
         self.geometry = KVGeometry(num_layers=len(self.layers), num_kv_heads=n_h, head_dim=d)
         self.dtype = first.dtype
+        self.layout = self._make_layout(d, first.dtype)
         log.info(
-            "MoQT KV connector: %d layers, %d KV heads x %d, %s, block size %d (%s)",
-            len(self.layers), n_h, d, first.dtype, self.block_size, self.layout.name,
+            "MoQT KV connector: %d layers, %d KV heads x %d, %s, block size %d, %r",
+            len(self.layers),
+            n_h,
+            d,
+            first.dtype,
+            self.block_size,
+            self.layout,
         )
 
     # ---- loads -----------------------------------------------------------------------------
@@ -133,7 +146,7 @@ class WorkerSide:
 
     def _load(self, spec: LoadSpec) -> bool:
         """Load ``spec``; on the first failing group, mark its blocks (and later ones) bad."""
-        if self.geometry is None:
+        if self.geometry is None or self.layout is None:
             self._fail(spec, spec.start, "KV caches not registered")
             return False
         c = self.chunk_size
@@ -204,7 +217,10 @@ class WorkerSide:
         bad = {spec.block_ids[b] for b in range(first, min(last + 1, len(spec.block_ids)))}
         log.warning(
             "KV load for %s failed at token %d (%s): recomputing %d block(s)",
-            spec.req_id, from_token, why, len(bad),
+            spec.req_id,
+            from_token,
+            why,
+            len(bad),
         )
         with self._lock:
             self._bad_blocks |= bad
@@ -226,14 +242,14 @@ class WorkerSide:
     # ---- saves -----------------------------------------------------------------------------
 
     def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor) -> None:
-        """Keep the layer's tensor if registration did not provide it (saves run at step end)."""
-        if layer_name not in self.caches:
+        """Nothing per layer: a group needs every layer, so saves gather at the step's end
+        from the tensors registered at start-up (checked to be this one)."""
+        if self.caches.get(layer_name) is not kv_layer and layer_name in self.caches:
             self.caches[layer_name] = kv_layer
-            self.layers = order_layers(list(self.caches))
 
     def wait_for_save(self, meta: MoqtConnectorMetadata) -> None:
         """Gather every group this step completed and queue it for publishing."""
-        if not meta.saves or not self.layers:
+        if not meta.saves or not self.layers or self.layout is None:
             return
         device = self.caches[self.layers[0]].device
         for spec in meta.saves:

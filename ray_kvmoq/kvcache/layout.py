@@ -14,6 +14,7 @@ loses badly to a single thread, and these ops are memory-bound anyway.
 from __future__ import annotations
 
 import struct
+import threading
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -124,9 +125,14 @@ def parse_header(payload: bytes | memoryview) -> ObjectHeader:
 
 @contextmanager
 def one_thread() -> Iterator[None]:
-    """Run torch CPU ops on one thread (restoring the caller's setting afterwards)."""
+    """Run torch CPU ops on one thread (restoring the caller's setting afterwards).
+
+    Only on the main thread: torch's thread count is process-wide, so a codec running on a
+    helper thread (the vLLM connector's publisher) must not change what the engine's forward
+    pass uses at the same time; there it keeps the process setting.
+    """
     n = torch.get_num_threads()
-    if n == 1:
+    if n == 1 or threading.current_thread() is not threading.main_thread():
         yield
         return
     torch.set_num_threads(1)

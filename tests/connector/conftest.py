@@ -1,0 +1,103 @@
+"""Fixtures for the connector tests: real vLLM engines (CPU, SmolLM2) with the MoQT connector.
+
+Two engines for the whole session, each in a Ray actor on its own Ray node of the shared test
+cluster (head, and 127.0.0.2), each with ``kv_both``: engine starts cost ~30–60 s here, so every
+connector test shares them. Each test isolates its prompts with its own ``cache_salt`` (a fresh
+tenant), so one test's published groups never satisfy another's lookups.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from tests.conftest import RayTestCluster
+
+RAY_NAMESPACE = "kvmoq"
+
+
+@dataclass
+class Engines:
+    """The session's two engines and what the tests need to reach around them."""
+
+    a: Any
+    """EngineHost actor on the head node."""
+    b: Any
+    """EngineHost actor on 127.0.0.2."""
+    a_node: str
+    b_node: str
+    relays: dict[str, Any]
+    """Node id → RelayActor."""
+    tokens: list[int]
+    """The shipped public-domain text, tokenized (prompts are slices of it)."""
+    model: str
+    """KV namespace model field of both engines."""
+
+
+@pytest.fixture(scope="session")
+def fp32_engine(engines: Engines) -> Iterator[Any]:
+    """A float32 engine on the head node, for the codec quality gates: shared/docs/kv-payload.md
+    defines them on an fp32 reference (bf16 arithmetic alone flips near-tied top-1 tokens)."""
+    import ray
+
+    from ray_kvmoq.connector import kv_transfer_config
+    from ray_kvmoq.connector.host import start_engine
+    from ray_kvmoq.engine.loader import cached_builtin_dir
+
+    kv = kv_transfer_config("kv_both", load_timeout_s=20.0)
+    h = start_engine(engines.a_node, str(cached_builtin_dir()), kv, dtype="float32")
+    try:
+        yield h
+    finally:
+        try:
+            ray.get(h.shutdown.remote(), timeout=60)
+        except Exception:
+            pass
+        ray.kill(h)
+
+
+def fresh_salt() -> str:
+    """A tenant salt no other test uses."""
+    return f"test-{uuid.uuid4().hex}"
+
+
+@pytest.fixture(scope="session")
+def engines(ray_cluster: RayTestCluster) -> Iterator[Engines]:
+    import ray
+
+    from ray_kvmoq.bench.quality import load_text
+    from ray_kvmoq.connector import kv_transfer_config
+    from ray_kvmoq.connector.host import start_engine
+    from ray_kvmoq.engine.loader import cached_builtin_dir
+    from ray_kvmoq.relay.actor import start_relays
+
+    model_dir = str(cached_builtin_dir())
+    relays = start_relays(namespace=RAY_NAMESPACE)
+    b_node = ray_cluster.node_ids["127.0.0.2"]
+    kv = kv_transfer_config("kv_both", load_timeout_s=20.0)
+    a = start_engine(ray_cluster.head_node_id, model_dir, kv)
+    b = start_engine(b_node, model_dir, kv)
+    tokens = ray.get(a.tokenize.remote(load_text()))
+    model = ray.get(a.kv_model.remote())
+    assert ray.get(b.kv_model.remote()) == model
+    try:
+        yield Engines(
+            a=a,
+            b=b,
+            a_node=ray_cluster.head_node_id,
+            b_node=b_node,
+            relays=relays,
+            tokens=tokens,
+            model=model,
+        )
+    finally:
+        for h in (a, b):
+            try:
+                ray.get(h.shutdown.remote(), timeout=60)
+            except Exception:
+                pass
+            ray.kill(h)
