@@ -148,7 +148,7 @@ class TransportConfig:
 
     alpn: str = MOQT_ALPN
     """ALPN offered/accepted."""
-    backend: str = "aioquic"
+    backend: str = "auto"
     """QUIC library: "aioquic", "qh3", or "auto" (qh3 when installed). Both ends of a
     connection may use different ones."""
     max_datagram_size: int = 1452
@@ -433,6 +433,11 @@ class FastQuicProtocol(QuicConnectionProtocol):
 
     def quic_event_received(self, event: events.QuicEvent) -> None:
         if isinstance(event, events.HandshakeCompleted):
+            # aioquic marks the connection connected only when a wait_connected() waiter
+            # already exists; a handshake that completes before the caller's first await
+            # (uvloop runs socket callbacks before freshly created tasks) left it unmarked,
+            # and wait_connected() then hung until its timeout.
+            self._connected = True
             self._schedule_keepalive()
             peer = self._peer_udp_limit[-1] if self._peer_udp_limit else MAX_UDP_PAYLOAD
             size = min(self.config.max_datagram_size, peer, MAX_IPV4_UDP_PAYLOAD)

@@ -251,6 +251,7 @@ class Qh3Protocol(QuicConnectionProtocol):
 
     def quic_event_received(self, event: events.QuicEvent) -> None:
         if isinstance(event, events.HandshakeCompleted):
+            self._connected = True  # see FastQuicProtocol: no waiter yet must not mean "not yet"
             self._schedule_keepalive()
             peer = _Qh3Connection.peer_udp_limit.get(id(self._quic), _MAX_UDP_PAYLOAD)
             size = min(self.config.max_datagram_size, peer, _MAX_SEND_DATAGRAM)

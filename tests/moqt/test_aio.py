@@ -8,6 +8,7 @@ that the fast path honours the peer's limit where stock aioquic ignores it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import types
 from pathlib import Path
 
@@ -22,10 +23,12 @@ from cryptography import x509
 from ray_kvmoq.moqt.aio import (
     MOQT_ALPN,
     FastQuicProtocol,
-    TransportConfig,
     connect_quic,
     serve_quic,
     set_datagram_size,
+)
+from ray_kvmoq.moqt.aio import (
+    TransportConfig as _TransportConfig,
 )
 from ray_kvmoq.moqt.certs import (
     generate_ca,
@@ -33,6 +36,9 @@ from ray_kvmoq.moqt.certs import (
     self_signed,
     write_pem_files,
 )
+
+# These tests exercise the aioquic fast path (patched aioquic internals): pin the backend.
+TransportConfig = functools.partial(_TransportConfig, backend="aioquic")
 
 LEAF = self_signed()
 

@@ -9,6 +9,7 @@ unpatched receiver (the wide STREAM length is plain RFC 9000, so stock aioquic m
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import os
 from pathlib import Path
@@ -19,11 +20,16 @@ from aioquic.quic import events
 from ray_kvmoq.moqt.aio import (
     MAX_NARROW_DATAGRAM,
     FastQuicProtocol,
-    TransportConfig,
     connect_quic,
     serve_quic,
 )
+from ray_kvmoq.moqt.aio import (
+    TransportConfig as _TransportConfig,
+)
 from ray_kvmoq.moqt.certs import self_signed
+
+# These tests exercise the aioquic fast path (patched aioquic internals): pin the backend.
+TransportConfig = functools.partial(_TransportConfig, backend="aioquic")
 
 LEAF = self_signed()
 

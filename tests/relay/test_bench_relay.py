@@ -1,5 +1,6 @@
-"""``kvmoq bench relay --json`` on the shared cluster (small sizes): the keys exist and the
-fan-out ratio is exact. Speed itself is the bench's business, not a test's."""
+"""``kvmoq bench relay --json`` on the shared cluster (small sizes): every row has its keys and
+no failed run, the fan-out ratio is exact, reads are zero-copy. Speed itself is the bench's
+business, not a test's."""
 
 from __future__ import annotations
 
@@ -14,12 +15,18 @@ from ray_kvmoq.bench.relay import relay
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
-def test_bench_relay_json_on_the_test_cluster(ray_cluster: Any) -> None:
-    args = ["--address", ray_cluster.address, "--json", "--groups", "2", "--group-mb", "1"]
+def test_bench_relay_json_rows_have_their_keys_and_no_failures(ray_cluster: Any) -> None:
+    args = ["--address", ray_cluster.address, "--json", "--mb", "4", "--group-mb", "1"]
+    args += ["--repeat", "2", "--datagram", "9000", "--planes", "0,1", "--backend", "aioquic,qh3"]
     result = CliRunner().invoke(relay, [*args, "--subscribers", "3"])
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["failures"] == 0
+    rows = {(r["backend"], r["planes"]) for r in out["rows"]}
+    assert rows == {("aioquic", 0), ("aioquic", 1), ("qh3", 0), ("qh3", 1)}
+    for r in out["rows"]:
+        assert r["pull_mb_s"] > 0 and r["ray_get_mb_s"] > 0 and r["pull_vs_ray_get"] > 0
+        assert len(r["runs"]) == 2 and r["errors"] == []
     assert out["fanout_upstream_ratio"] == 1.0
     assert out["fanout_delivered_ratio"] == 3.0
-    assert out["pull_mb_s"] > 0 and out["ray_get_mb_s"] > 0
     assert out["zero_copy"] is True
