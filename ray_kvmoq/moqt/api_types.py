@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -569,12 +569,22 @@ class FetchStream:
         self.end: Location | None = None
         self.end_of_track = False
         self._queue = queue
+        self._on_end: Callable[[], None] | None = None
 
     def __aiter__(self) -> FetchStream:
         return self
 
     async def __anext__(self) -> MoqtObject:
-        return await self._queue.get()
+        try:
+            return await self._queue.get()
+        except BaseException:
+            self._ended()
+            raise
+
+    def _ended(self) -> None:
+        if self._on_end is not None:
+            on_end, self._on_end = self._on_end, None
+            on_end()
 
     async def groups(self) -> AsyncIterator[Group]:
         """The fetched objects as one :class:`~ray_kvmoq.moqt.objects.Group` per group, each
@@ -599,3 +609,4 @@ class FetchStream:
             self.session._cmd(lambda s: s.fetch_cancel(self.request_id))
         self._queue.finish()
         self.session._fetch_queues.pop(self.request_id, None)
+        self._ended()

@@ -98,6 +98,13 @@ class MoqtConnection:
         self._closed_callbacks: list[Callable[[], None]] = []
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
+        self.counters: dict[str, int] = {
+            "fetches_sent": 0,
+            "fetches_open": 0,
+            "max_fetches_open": 0,
+            "objects_received": 0,
+        }
+        """Our FETCH requests (sent, open now, most open at once) and objects received."""
         protocol.on_event = self._on_quic_event
 
     # -- state -----------------------------------------------------------------------------
@@ -221,8 +228,21 @@ class MoqtConnection:
             )
         )
         self._fetch_queues[rid] = _ObjectQueue()
-        result: FetchStream = await self._await(rid)
+        self._note_fetch(+1)
+        try:
+            result: FetchStream = await self._await(rid)
+        except BaseException:
+            self._note_fetch(-1)
+            raise
+        result._on_end = lambda: self._note_fetch(-1)
         return result
+
+    def _note_fetch(self, delta: int) -> None:
+        c = self.counters
+        if delta > 0:
+            c["fetches_sent"] += 1
+        c["fetches_open"] += delta
+        c["max_fetches_open"] = max(c["max_fetches_open"], c["fetches_open"])
 
     async def joining_fetch(
         self,
@@ -410,6 +430,7 @@ class MoqtConnection:
         self._resolve(event.request_id, stream)
 
     def _on_object(self, event: ev.ObjectReceived) -> None:
+        self.counters["objects_received"] += 1
         obj = MoqtObject(
             group=event.group,
             object_id=event.object_id,

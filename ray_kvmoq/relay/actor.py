@@ -323,6 +323,7 @@ class RelayActor:
         """Data-plane processes (K) this relay runs; 0: it moves bytes in its own process."""
         self._planes: list[Any] = []
         self._plane_ports: tuple[int, ...] = ()
+        self._plane_fetches: list[int] = [0] * self.data_planes
         self._store = RayGroupStore()
         self.incarnation = secrets.token_hex(8)
         """Random id of this process's life (a restarted relay has a new one)."""
@@ -407,6 +408,7 @@ class RelayActor:
     ) -> AsyncIterator[Group]:
         """Groups from data plane ``index``: each arrives as an object-store ref this relay owns
         (a streaming return), which the cache adopts instead of putting a copy."""
+        self._plane_fetches[index] += 1
         gen = self._planes[index].pull.remote(peer.host, peer.port, ns, track, first, last)
         try:
             async for ref in gen:
@@ -616,8 +618,11 @@ class RelayActor:
         return await relay.announce_all()
 
     async def stats(self) -> dict[str, int]:
-        """Cache and transfer counters."""
-        return (await self._ready()).stats()
+        """Cache and transfer counters (``plane_fetches_<i>``: range FETCHes data plane i
+        made for this relay)."""
+        out = (await self._ready()).stats()
+        out.update({f"plane_fetches_{i}": n for i, n in enumerate(self._plane_fetches)})
+        return out
 
     async def get_incarnation(self) -> str:
         """Random id of this relay process (changes when Ray restarts the actor)."""

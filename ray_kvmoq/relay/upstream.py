@@ -198,6 +198,10 @@ class PeerPool:
             with contextlib.suppress(Exception):
                 await peer.stack.aclose()
 
+    def sessions(self) -> list[api.MoqtConnection]:
+        """The pooled sessions (for counters and tests)."""
+        return [p.conn for p in self._peers.values()]
+
     async def close(self) -> None:
         """Close every peer session."""
         for key in list(self._peers):

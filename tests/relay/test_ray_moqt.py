@@ -39,6 +39,12 @@ def _actors() -> Any:
                 out.append(b"".join(bytes(o.payload) for o in unpack_group(packed)))
             return out
 
+        async def batch(self, relay: Any, ns: list[str], track: str, n: int) -> list[bytes]:
+            from ray_kvmoq.relay.packed import unpack_group
+
+            refs = await relay.get_group_refs.remote(ns, track, list(range(n)))
+            return [b"".join(bytes(o.payload) for o in unpack_group(await ref)) for ref in refs]
+
         async def follow(self, relay: Any, ns: list[str], track: str) -> list[Any]:
             from ray_kvmoq.relay.packed import unpack_group
 
@@ -78,7 +84,11 @@ def cluster_relays(ray_cluster: Any) -> Iterator[dict[str, Any]]:
     security = ClusterSecurity.generate()
     a, b = ray_cluster.node_ids["127.0.0.2"], ray_cluster.node_ids["127.0.0.3"]
     relays = start_relays(
-        node_ids=[a, b], budget_bytes=BUDGET, security=security, name_prefix="kvmoq_test_relay_"
+        node_ids=[a, b],
+        budget_bytes=BUDGET,
+        security=security,
+        name_prefix="kvmoq_test_relay_",
+        data_planes=2,
     )
     Reader = _actors()
     readers = {"A": _pin(Reader, a), "B": _pin(Reader, b)}
@@ -136,6 +146,24 @@ def test_track_published_on_a_is_read_on_b_bit_for_bit(cluster_relays: dict[str,
     assert sorted(loc.node_id for loc in where) == sorted(
         [cluster_relays["node_a"], cluster_relays["node_b"]]
     )
+
+
+def test_a_batched_pull_is_bit_exact_and_striped_over_both_data_planes(
+    cluster_relays: dict[str, Any],
+) -> None:
+    import ray
+
+    A, B = cluster_relays["A"], cluster_relays["B"]
+    groups = _payloads("striped", 16, 2, 200_000)
+    _publish(A, "striped", groups)
+    before = ray.get(B.stats.remote(), timeout=30)
+    got = ray.get(cluster_relays["readers"]["B"].batch.remote(B, NS, "striped", 16), timeout=120)
+    assert got == [b"".join(g) for g in groups]
+    after = ray.get(B.stats.remote(), timeout=30)
+    assert ray.get(B.address.remote(), timeout=30).data_ports  # K data planes (default: cores)
+    for i in range(2):
+        assert after[f"plane_fetches_{i}"] > before[f"plane_fetches_{i}"]  # both carried some
+    assert after["max_groups_in_flight"] >= 8
 
 
 def test_eight_subscribers_on_b_cause_one_upstream_transfer(cluster_relays: dict[str, Any]) -> None:
@@ -289,3 +317,38 @@ def test_relay_killed_mid_transfer_errors_subscribers_and_leaves_directory(
         for s in subs:
             ray.kill(s)
         ray.kill(victim)
+
+
+def _store_bytes_used(node_id: str) -> int:
+    import ray
+    from ray._private.internal_api import node_stats
+
+    node = next(n for n in ray.nodes() if n["NodeID"] == node_id)
+    reply = node_stats(node["NodeManagerAddress"], node["NodeManagerPort"], False)
+    return int(reply.store_stats.object_store_bytes_used)
+
+
+def test_thousands_of_short_prompts_keep_the_budget_and_release_the_object_store(
+    cluster_relays: dict[str, Any],
+) -> None:
+    import ray
+
+    A, node_a = cluster_relays["A"], cluster_relays["node_a"]
+    d = cluster_relays["directory"]
+    before = _store_bytes_used(node_a)
+    payload = b"\x5a" * (64 << 10)
+    for p in range(1500):  # 94 MiB of distinct prompts through a 24 MiB budget
+        ns = [*NS[:2], f"prompt-{p}"]
+        ray.get(A.publish_group.remote(ns, "FP16", 0, [payload], chunk_hash=b"p%d" % p), timeout=30)
+        if p % 2:
+            ray.get(A.end_track.remote(ns, "FP16", 0), timeout=30)
+        assert ray.get(A.stats.remote(), timeout=30)["bytes_cached"] <= BUDGET
+    ray.get(A.flush_directory.remote(), timeout=60)
+    st = ray.get(A.stats.remote(), timeout=30)
+    assert st["live_tracks"] <= st["cached_tracks"] <= BUDGET // len(payload)
+    held = sum(1 for p in range(1500) if ray.get(d.lookup_hash.remote(b"p%d" % p), timeout=30))
+    assert 0 < held <= BUDGET // len(payload)  # evicted groups left the directory
+    deadline = time.monotonic() + 30
+    while _store_bytes_used(node_a) > max(before, BUDGET) + (8 << 20):
+        assert time.monotonic() < deadline, "evicted groups' object-store buffers stayed"
+        time.sleep(0.5)
