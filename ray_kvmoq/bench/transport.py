@@ -70,10 +70,13 @@ class Variant:
     """UDP GSO on the sender."""
     send_buffer: int = 16 << 20
     """Unacknowledged bytes the publisher may have outstanding (its backpressure window)."""
+    backend: str = "aioquic"
+    """QUIC library (``TransportConfig.backend``); the raw-QUIC lever rows need aioquic."""
 
     def transport(self, **tls: Any) -> TransportConfig:
         """The QUIC settings of this row."""
         return TransportConfig(
+            backend=self.backend,
             max_datagram_size=self.datagram,
             batch_receive=self.batch,
             wide_stream_frames=self.wide,
@@ -120,7 +123,7 @@ def _tcp_pub(port: int, work: Workload, meter: _Meter) -> None:
 async def _quic_sub_async(conn: Any, work: Workload, variant: Variant, tls: dict[str, Any]) -> None:
     from aioquic.quic import events
 
-    state = {"got": 0}
+    state = {"got": 0}  # raw rows run on aioquic (Variant.backend), events are aioquic's
     meter = _Meter()
     done = asyncio.Event()
 
@@ -339,9 +342,10 @@ LEVER_ROWS: tuple[Variant, ...] = (
     Variant(name="quic +batch -pacing +wide 60000", path="quic", datagram=60000),
     Variant(name="quic +batch -pacing +wide -gso 60000", path="quic", datagram=60000, gso=False),
 )
-MOQT_ROWS: tuple[Variant, ...] = (
-    Variant(name="moqt 9000 B datagrams", path="moqt", datagram=9000),
-    Variant(name="moqt 60000 B datagrams", path="moqt", datagram=60000),
+MOQT_ROWS: tuple[Variant, ...] = tuple(
+    Variant(name=f"moqt {be} {dg} B datagrams", path="moqt", datagram=dg, backend=be)
+    for be in ("aioquic", "qh3")
+    for dg in (1452, 9000, 60000)
 )
 TCP_ROW = Variant(name="tcp", path="tcp")
 
@@ -366,6 +370,13 @@ def _groups_for(object_size: int, megabytes: int) -> int:
 @click.option("--only", "only", help="Run only rows whose name contains this text (and tcp).")
 @click.option("--repeat", default=1, show_default=True, help="Runs per row; the median counts.")
 @click.option(
+    "--backend",
+    "backends",
+    default="aioquic,qh3",
+    show_default=True,
+    help="QUIC libraries of the MoQT rows, comma-separated.",
+)
+@click.option(
     "--save-costs/--no-save-costs",
     default=True,
     show_default=True,
@@ -379,10 +390,12 @@ def transport(
     raw_only: bool,
     only: str | None,
     repeat: int,
+    backends: str,
     save_costs: bool,
 ) -> None:
     """Throughput of MoQT/QUIC vs plain TCP between two processes on loopback."""
-    rows: list[Variant] = [] if raw_only else list(MOQT_ROWS)
+    wanted = set(backends.split(","))
+    rows: list[Variant] = [] if raw_only else [r for r in MOQT_ROWS if r.backend in wanted]
     if levers or raw_only:
         rows += LEVER_ROWS
     rows.append(TCP_ROW)

@@ -157,12 +157,14 @@ def test_bench_transport_json_smoke(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
     from ray_kvmoq.bench.transport import transport
 
-    result = CliRunner().invoke(transport, ["--json", "--mb", "3", "--sizes", "160000"])
+    args = ["--json", "--mb", "3", "--sizes", "160000", "--only", "9000"]  # both libraries
+    result = CliRunner().invoke(transport, args)
     assert result.exit_code == 0, result.output
     report = json.loads(result.output.strip().splitlines()[-1])
     for key in ("moqt_mb_s", "moqt_mb_s_9000", "tcp_mb_s", "ratio"):
         assert report[key] > 0, report
     assert {r["path"] for r in report["rows"]} == {"moqt", "tcp"}
+    assert {r["backend"] for r in report["rows"] if r["path"] == "moqt"} == {"aioquic", "qh3"}
     # the router's transfer cost is the ≤9000 B rate just measured
     assert load_figures(costs).moqt_s_per_byte == pytest.approx(
         1 / (report["moqt_mb_s_9000"] * 1e6)
