@@ -71,7 +71,9 @@ def _actor_classes() -> tuple[Any, Any]:
 
         async def pull(self, relay: Any, track: str, groups: int) -> dict[str, float]:
             t0 = time.perf_counter()
-            refs = await relay.get_group_refs.remote(NS, track, list(range(groups)))
+            refs = await relay.get_group_refs.remote(
+                NS, track, list(range(groups)), timeout_s=600.0
+            )
             got = await asyncio.gather(*refs)
             dt = time.perf_counter() - t0
             return {"bytes": float(sum(g.nbytes for g in got)), "seconds": dt}

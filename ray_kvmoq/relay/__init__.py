@@ -35,8 +35,9 @@ once from the driver (the serving app's builder)::
 Relays and the ``kvmoq_directory`` actor are detached and restartable: they outlive the
 process that created them; a restarted relay starts empty and registers afresh; a restarted
 directory is rebuilt from the relays within about a second (they re-announce what they hold).
-``start_relays`` is idempotent. ``data_planes=K`` (default min(node cores, 8); 0 = none) runs
-K data-plane processes per relay, each with its own QUIC endpoint; pulls stripe over them.
+``start_relays`` is idempotent. ``data_planes=K`` (default min(node cores, 8), none below 4
+cores; 0 = none) runs K data-plane processes per relay, each with its own QUIC endpoint;
+pulls stripe over them.
 
 ``namespace`` is a tuple/list of str|bytes fields (or a "/"-separated str), ``track`` str|bytes.
 Every method is awaited from async code (``await relay.m.remote(...)``):

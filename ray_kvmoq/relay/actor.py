@@ -91,6 +91,10 @@ class RayGroupStore(GroupStore[tuple[Any, Group]]):
         object instead of putting a copy."""
         self._adopted[id(group)] = (group, ref)
 
+    def forget(self, group: Group) -> None:
+        """Drop an adoption ``put`` did not use (the cache already had the group)."""
+        self._adopted.pop(id(group), None)
+
     def put(self, key: GroupKey, group: Group) -> tuple[Any, Group]:
         known = self._adopted.pop(id(group), None)
         if known is not None and known[0] is group:
@@ -414,7 +418,10 @@ class RelayActor:
             async for ref in gen:
                 group = await ref
                 self._store.adopt(group, ref)
-                yield group
+                try:
+                    yield group
+                finally:
+                    self._store.forget(group)
         except RelayError:
             raise
         except ray.exceptions.RayError as exc:
@@ -651,8 +658,10 @@ class RelayActor:
 
 
 def default_data_planes() -> int:
-    """K when unset: min(cores of this node, 8)."""
-    return min(os.cpu_count() or 1, 8)
+    """K when unset: min(cores of this node, 8), and none below 4 cores, where each plane's
+    process competes with the relay for the same cores (measured: no faster on 2 cores)."""
+    cores = os.cpu_count() or 1
+    return min(cores, 8) if cores >= 4 else 0
 
 
 def _free_udp_port(host: str) -> int:
@@ -735,7 +744,7 @@ def start_relays(
     job's ``runtime_env``) if set, else its sessions use self-signed certificates, no tokens.
     ``network`` holds extra :class:`~.downstream.RelayNetwork` options (``idle_timeout_s``,
     ``transport_options``). ``data_planes``: K data-plane processes per relay (None: min(the
-    node's cores, 8); 0: the relay moves bytes itself). Relays and directory are detached and
+    node's cores, 8), none below 4 cores; 0: the relay moves bytes itself). Relays and directory are detached and
     restartable (they survive
     the caller; see the module docstring) unless ``detached=False``. Idempotent: existing
     named relays are returned as they are (their options are not changed). Synchronous

@@ -690,19 +690,24 @@ class Relay:
                 self._dir_task = asyncio.get_running_loop().create_task(self._report())
 
     async def _report(self) -> None:
+        """Send queued seals and evictions in order, one call per run of one kind and track."""
         assert self.directory is not None
         while self._dir_queue:
             batch, self._dir_queue = self._dir_queue, []
+            runs: list[tuple[str, Namespace, bytes, list[int]]] = []
             for op, (ns, track, gid) in batch:
-                if op == "add":
-                    if not self.cache.is_sealed(ns, track, gid):
-                        continue  # evicted since
-                    h = self._hashes.get((ns, track, gid))
-                    await self.directory.add_groups(
-                        self.node_id, ns, track, [gid], {gid: h} if h is not None else {}
-                    )
+                if op == "add" and not self.cache.is_sealed(ns, track, gid):
+                    continue  # evicted since
+                if runs and runs[-1][:3] == (op, ns, track):
+                    runs[-1][3].append(gid)
                 else:
-                    await self.directory.remove_groups(self.node_id, ns, track, [gid])
+                    runs.append((op, ns, track, [gid]))
+            for op, ns, track, gids in runs:
+                if op == "add":
+                    hashes = {g: h for g in gids if (h := self._hashes.get((ns, track, g)))}
+                    await self.directory.add_groups(self.node_id, ns, track, gids, hashes)
+                else:
+                    await self.directory.remove_groups(self.node_id, ns, track, gids)
 
 
 class TrackSubscription:
