@@ -79,6 +79,9 @@ class _Req:
     plan: tuple[int, int, int, list[GroupSource], bool] | None = None
     """(start token, end token, first group, sources, async) once matched."""
     pending_load: LoadSpec | None = None
+    load_issued: bool = False
+    """A load went to the workers: if vLLM asks again (it retries a failed asynchronous load
+    from scratch, or a preempted request), the answer is "compute it", never the same load."""
     block_ids: list[int] = field(default_factory=list)
     next_save: int = 0
     """First group index this request still has to publish."""
@@ -145,6 +148,8 @@ class SchedulerSide:
     ) -> tuple[int | None, bool]:
         """Tokens loadable beyond ``num_computed_tokens`` (None: ask again next step)."""
         st = self._state(request)
+        if st.load_issued:
+            return 0, False
         if st.plan is not None:
             return self._answer(st, num_computed_tokens)
         if not st.load_allowed:
@@ -275,6 +280,7 @@ class SchedulerSide:
             if pending.pending_load is not None:
                 meta.loads.append(pending.pending_load)
                 pending.pending_load = None
+                pending.load_issued = True
         for new in out.scheduled_new_reqs:
             fresh = self._reqs.get(new.req_id)
             if fresh is not None:
@@ -330,6 +336,14 @@ class SchedulerSide:
             chunk_hash=st.hashes[k] if k < len(st.hashes) else None,
             end_of_track=last,
         )
+
+    def update_connector_output(self, failed_recving: Iterable[str]) -> None:
+        """Loads the workers gave up on: those requests are computed from here on."""
+        for req_id in failed_recving:
+            st = self._reqs.get(req_id)
+            if st is not None:
+                st.plan = (0, 0, 0, [], False)
+                st.load_issued = True
 
     # ---- finish ----------------------------------------------------------------------------
 
