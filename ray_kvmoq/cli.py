@@ -32,6 +32,10 @@ _BENCHES: dict[str, tuple[str, str]] = {
     "engine": ("ray_kvmoq.bench.engine:engine", "Model load, prefill, decode speed; break-even."),
     "codecs": ("ray_kvmoq.bench.codecs:codecs", "KV codec speed, size and quality."),
     "relay": ("ray_kvmoq.bench.relay:relay", "Relay fan-out, cross-node pull vs ray.get."),
+    "connector": (
+        "ray_kvmoq.bench.connector:connector",
+        "vLLM loading prefix KV through the connector vs recomputing it.",
+    ),
     "serve": ("ray_kvmoq.bench.serve:serve", "TTFT under a shared-prefix workload."),
 }
 

@@ -32,6 +32,7 @@ from ray_kvmoq.relay.directory import Location
 from ray_kvmoq.relay.packed import unpack_group
 
 from .config import ConnectorConfig
+from .figures import FiguresSnapshot, figures_board
 
 __all__ = ["BridgeError", "RelayBridge"]
 
@@ -56,6 +57,10 @@ class RelayBridge:
         self._lock = threading.Lock()
         self._relay: Any = None
         self.node_id: str = ""
+        self._board: Any = None
+        self._figures = FiguresSnapshot()
+        self._figures_ref: Any = None
+        self._figures_at = 0.0
 
     # ---- connection ------------------------------------------------------------------------
 
@@ -215,6 +220,50 @@ class RelayBridge:
     def flush_directory(self, timeout_s: float = 30.0) -> None:
         """Wait until the directory has seen every group published on the node relay so far."""
         self._call("flush_directory", timeout_s=timeout_s)
+
+    # ---- measured figures ------------------------------------------------------------------
+
+    def report(self, kind: str, value: float, weight: int = 1) -> None:
+        """Send a measurement of this node to the figures board (never waits)."""
+        try:
+            self.relay()  # joins Ray, learns the node id
+            if self._board is None:
+                self._board = figures_board(self.conf.ray_namespace)
+            self._board.report.remote(kind, self.node_id, value, weight)
+        except Exception as exc:  # figures are advisory: never fail a request over them
+            log.debug("cannot report %s: %s", kind, exc)
+
+    def report_counters(self, source: str, counters: dict[str, int]) -> None:
+        """Send this connector side's cumulative counters to the board (never waits)."""
+        try:
+            self.relay()
+            if self._board is None:
+                self._board = figures_board(self.conf.ray_namespace)
+            self._board.report_counters.remote(source, self.node_id, counters)
+        except Exception as exc:
+            log.debug("cannot report counters: %s", exc)
+
+    def figures(self, max_age_s: float = 5.0) -> FiguresSnapshot:
+        """The last figures read from the board; a refresh is started (not waited for) when
+        they are older than ``max_age_s``."""
+        import ray
+
+        try:
+            if self._figures_ref is not None:
+                ready, _ = ray.wait([self._figures_ref], timeout=0)
+                if ready:
+                    self._figures = FiguresSnapshot.from_dict(ray.get(ready[0]))
+                    self._figures_ref = None
+            if self._figures_ref is None and time.monotonic() - self._figures_at > max_age_s:
+                self.relay()
+                if self._board is None:
+                    self._board = figures_board(self.conf.ray_namespace)
+                self._figures_ref = self._board.snapshot.remote()
+                self._figures_at = time.monotonic()
+        except Exception as exc:
+            log.debug("cannot read the figures board: %s", exc)
+            self._figures_ref = None
+        return self._figures
 
     def stats(self) -> dict[str, int]:
         """The node relay's counters."""

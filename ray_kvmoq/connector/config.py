@@ -19,6 +19,8 @@ Keys (all optional)::
     tenant_salt      salt (str) for requests without ``cache_salt`` ("public")
     model_name       model field of KV namespaces (default: served model name + weights fingerprint)
     publish_tail     also publish a prompt's last, partial chunk (default: true for kv_producer)
+    load             load prefixes at all (default true; false: this engine never reuses)
+    publish          publish what this engine computes (default true)
     codec_param      encoder option passed to the codec where it has one (reserved; must be null)
 """
 
@@ -66,6 +68,10 @@ class ConnectorConfig:
     """KV namespace model field (None: derived from the model)."""
     publish_tail: bool | None = None
     """Publish the last partial chunk (None: only as kv_producer)."""
+    load: bool = True
+    """Load prefixes (False: every request computes its whole prompt)."""
+    publish: bool = True
+    """Publish computed groups."""
     codec_param: Any = None
     """Reserved."""
 

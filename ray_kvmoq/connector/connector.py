@@ -17,12 +17,15 @@ their banners). Roles: ``kv_both`` loads prefixes and publishes what it computes
 ``kv_producer`` also publishes each prompt's partial last chunk and returns
 ``kv_transfer_params`` naming its groups; ``kv_consumer`` loads but publishes nothing.
 A request can switch loading or publishing off (``kv_transfer_params={"kvmoq": {"load": false,
-"publish": false}}``) or pick another track compression (``{"kvmoq": {"codec": "Int8"}}``).
+"publish": false}}``), pick another track compression (``{"kvmoq": {"codec": "Int8"}}``), or
+load remote groups even where the measured pull is slower than recompute (``{"kvmoq": {"pull":
+"always"}}``: benchmarks of the raw path).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +44,7 @@ from .identity import model_fingerprint, namespace_model_name
 from .metadata import MoqtConnectorMetadata
 from .paged import ChannelLayout, CpuLayout, PagedLayout
 from .scheduler import SchedulerSide
-from .stats import ConnectorCounters, MoqtConnectorStats, MoqtPromMetrics
+from .stats import MoqtConnectorStats, MoqtPromMetrics
 from .worker import WorkerSide
 
 if TYPE_CHECKING:
@@ -55,6 +58,9 @@ if TYPE_CHECKING:
     from vllm.v1.request import Request
 
 __all__ = ["MoqtKVConnector", "kv_model_name"]
+
+_COUNTERS_PERIOD_S = 2.0
+"""How often each side sends its cumulative counters to the figures board."""
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +86,8 @@ class MoqtKVConnector(KVConnectorBase_V1):
         _check_engine(vllm_config)
         self.block_size = int(vllm_config.cache_config.block_size)
         self.bridge = RelayBridge(self.conf)
+        self._engine_id = str(ktc.engine_id or id(self))
+        self._reported_at = 0.0
         self._sched: SchedulerSide | None = None
         self._worker: WorkerSide | None = None
         if role == KVConnectorRole.SCHEDULER:
@@ -93,6 +101,7 @@ class MoqtKVConnector(KVConnectorBase_V1):
                 kv_dtype=str(mc.dtype),
                 producer=ktc.kv_role == "kv_producer",
                 consumer_only=ktc.kv_role == "kv_consumer",
+                bytes_per_token=_bytes_per_token(vllm_config),
             )
             log.info("MoQT KV connector (scheduler): model %s, role %s", model, ktc.kv_role)
         else:
@@ -154,7 +163,14 @@ class MoqtKVConnector(KVConnectorBase_V1):
 
     def get_kv_connector_stats(self) -> MoqtConnectorStats | None:
         side = self._worker or self._sched
-        counts = side.counters.take() if side is not None else {}
+        if side is None:
+            return None
+        now = time.monotonic()
+        if now - self._reported_at >= _COUNTERS_PERIOD_S:
+            self._reported_at = now
+            role = "worker" if self._worker is not None else "scheduler"
+            self.bridge.report_counters(f"{self._engine_id}:{role}", side.counters.totals())
+        counts = side.counters.take()
         return MoqtConnectorStats(data=counts) if any(counts.values()) else None
 
     def shutdown(self) -> None:
@@ -213,11 +229,10 @@ class MoqtKVConnector(KVConnectorBase_V1):
     ) -> MoqtPromMetrics:
         return MoqtPromMetrics(vllm_config, metric_types, labelnames, per_engine_labelvalues)
 
-    def counters(self) -> ConnectorCounters:
+    def counters(self) -> dict[str, int]:
         """Counts since the process started (this instance's side)."""
-        if self._worker is not None:
-            return self._worker.totals
-        return self.scheduler.counters
+        side = self._worker or self._sched
+        return side.counters.totals() if side is not None else {}
 
 
 def _layout_factory(
@@ -237,6 +252,28 @@ def _layout_factory(
         return CpuLayout(isa, block_size, head_dim, dtype)
 
     return make
+
+
+def _bytes_per_token(vllm_config: VllmConfig) -> dict[bytes, float]:
+    """Encoded bytes per token of each track compression for this model's KV geometry."""
+    from ray_kvmoq.kvcache.layout import KVGeometry
+    from ray_kvmoq.kvcache.naming import TRACK_NAMES
+    from ray_kvmoq.kvcache.registry import get_codec
+
+    mc, pc = vllm_config.model_config, vllm_config.parallel_config
+    geo = KVGeometry(
+        num_layers=mc.get_num_layers(pc),
+        num_kv_heads=mc.get_num_kv_heads(pc),
+        head_dim=mc.get_head_size(),
+    )
+    fp16 = float(get_codec(b"FP16").object_size(geo) or 0)
+    out = {}
+    for name in TRACK_NAMES:
+        size = get_codec(name).object_size(geo)
+        # AC objects vary in size; 5x smaller than FP16 is what it measured on real KV
+        # (docs/kv-payload-format.md §7), close enough for a pull-vs-recompute estimate.
+        out[name] = float(size) if size else fp16 / 5.0
+    return out
 
 
 def kv_model_name(vllm_config: VllmConfig, conf: ConnectorConfig) -> str:

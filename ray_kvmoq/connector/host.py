@@ -15,7 +15,9 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ConnectorWorkerExtension", "EngineHost", "GenerateResult", "start_engine"]
+from .extension import WORKER_EXTENSION
+
+__all__ = ["EngineHost", "GenerateResult", "start_engine"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,7 +65,7 @@ class EngineHost:
             "enable_prefix_caching": False,
             "disable_log_stats": False,
             "kv_cache_memory_bytes": int(kv_cache_gib * (1 << 30)),
-            "worker_extension_cls": f"{__name__}.ConnectorWorkerExtension",
+            "worker_extension_cls": WORKER_EXTENSION,
         }
         kwargs.update(engine_kwargs)
         self.llm = LLM(model=model, kv_transfer_config=kv_transfer_config, **kwargs)
@@ -140,22 +142,6 @@ class EngineHost:
         closer = getattr(engine, "shutdown", None)
         if callable(closer):
             closer()
-
-
-class ConnectorWorkerExtension:
-    """Methods added to vLLM's worker (``worker_extension_cls``), called by ``collective_rpc``."""
-
-    def kvmoq_flush(self, timeout_s: float) -> None:
-        """Drain the connector's publisher, then wait for the directory to catch up."""
-        from vllm.distributed.kv_transfer import get_kv_transfer_group
-
-        from .connector import MoqtKVConnector
-
-        connector = get_kv_transfer_group()
-        if not isinstance(connector, MoqtKVConnector):
-            raise TypeError(f"the engine's KV connector is {type(connector).__name__}")
-        connector.worker.flush(timeout_s)
-        connector.bridge.flush_directory(timeout_s)
 
 
 def _result(o: Any) -> GenerateResult:

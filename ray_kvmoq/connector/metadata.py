@@ -63,6 +63,8 @@ class LoadSpec:
     """One source per group from ``first_group`` on, covering ``start..end-1``."""
     is_async: bool
     """Loaded in the background (reported through ``get_finished``) rather than in the step."""
+    follows_producer: bool = False
+    """The groups come from a producer still publishing them (PD): waits are expected."""
 
 
 @dataclass(frozen=True, kw_only=True)

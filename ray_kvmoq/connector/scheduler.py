@@ -72,6 +72,11 @@ class _Req:
     publish_allowed: bool
     producer: bool
     remote: TransferParams | None
+    always_pull: bool = False
+    """Load remote groups even where the measured pull is slower (benchmarks of the raw path)."""
+    follow: bool = False
+    """PD decode started together with its prefill: the prompt's own track is being published
+    right now; load what the directory knows by hash and wait for the rest on the track."""
     lookup_ref: Any = None
     lookup_deadline: float = 0.0
     sources: list[GroupSource | None] = field(default_factory=list)
@@ -102,6 +107,7 @@ class SchedulerSide:
         kv_dtype: str,
         producer: bool,
         consumer_only: bool,
+        bytes_per_token: dict[bytes, float] | None = None,
     ) -> None:
         self.conf = conf
         self.bridge = bridge
@@ -110,8 +116,11 @@ class SchedulerSide:
         self.default_codec = conf.track_codec(kv_dtype).encode()
         self.producer = producer
         self.consumer_only = consumer_only
+        self.bytes_per_token = dict(bytes_per_token or {})
+        """Encoded KV bytes per token of each track compression (for the pull-vs-recompute rule)."""
         self.counters = ConnectorCounters()
         self._reqs: dict[str, _Req] = {}
+        self._clock = _StepClock()
 
     # ---- lookup ----------------------------------------------------------------------------
 
@@ -135,10 +144,12 @@ class SchedulerSide:
             codec=codec,
             namespace=kv_namespace(self.model, prompt_id(salt, tokens)),
             hashes=chunk_hashes(salt, self.model, tokens, self.conf.chunk_size),
-            load_allowed=ours.get("load", True) is not False,
-            publish_allowed=ours.get("publish", True) is not False,
+            load_allowed=self.conf.load and ours.get("load", True) is not False,
+            publish_allowed=self.conf.publish and ours.get("publish", True) is not False,
             producer=producer and not self.consumer_only,
             remote=TransferParams.from_json(ours) if "groups" in ours else None,
+            follow=ours.get("follow") is True,
+            always_pull=ours.get("pull") == "always",
         )
         self._reqs[st.req_id] = st
         return st
@@ -158,29 +169,32 @@ class SchedulerSide:
         if st.remote is not None:
             return self._plan_remote(st, num_computed_tokens)
         usable = min(len(st.hashes), (len(st.tokens) - 1) // c)
-        if usable == 0:
+        if usable == 0 and not st.follow:
             return self._no_plan(st, known=0)
         if st.lookup_ref is None:
             try:
-                st.lookup_ref = self.bridge.start_lookup(st.hashes[:usable])
+                st.lookup_ref = self.bridge.start_lookup(st.hashes[:usable] if usable else [])
             except Exception as exc:
                 log.warning("KV directory unreachable (%s); computing request %s", exc, st.req_id)
-                self.counters.lookup_errors += 1
+                self.counters.add(lookup_errors=1)
                 return self._no_plan(st)
             st.lookup_deadline = time.monotonic() + self.conf.lookup_timeout_s
         try:
             chain = self.bridge.poll_lookup(st.lookup_ref)
         except Exception as exc:
             log.warning("KV directory lookup failed (%s); computing request %s", exc, st.req_id)
-            self.counters.lookup_errors += 1
+            self.counters.add(lookup_errors=1)
             return self._no_plan(st)
         if chain is None:
             if time.monotonic() < st.lookup_deadline:
                 return None, False
-            self.counters.lookup_timeouts += 1
+            self.counters.add(lookup_timeouts=1)
             return self._no_plan(st)
         st.sources = self._sources(st, chain)
         known = next((k for k, s in enumerate(st.sources) if s is None), len(st.sources))
+        if st.follow:
+            return self._plan_follow(st, num_computed_tokens, known)
+        known = self._worth_loading(st, known, num_computed_tokens)
         if known * c <= num_computed_tokens or known * c < self.conf.min_tokens:
             return self._no_plan(st, known=known)
         first = num_computed_tokens // c
@@ -208,6 +222,47 @@ class SchedulerSide:
                 )
             )
         return out
+
+    def _worth_loading(self, st: _Req, known: int, num_computed: int) -> int:
+        """How many leading groups to load: pulls from other nodes only while the measured pull
+        costs less than recomputing those tokens here (so reuse is never slower than none)."""
+        c = self.conf.chunk_size
+        first = num_computed // c
+        remote_at = next(
+            (k for k in range(first, known) if not getattr(st.sources[k], "local", True)), known
+        )
+        if remote_at == known or st.always_pull:
+            return known
+        fig = self.bridge.figures()
+        pull = fig.get("pull_s_per_byte", self.bridge.node_id)
+        prefill = fig.get("prefill_s_per_token", self.bridge.node_id)
+        bpt = self.bytes_per_token.get(st.codec)
+        if pull is None or prefill is None or bpt is None:
+            return known  # nothing measured yet: the first pull measures it
+        tokens = (known - remote_at) * c
+        if tokens * bpt * pull < tokens * prefill:
+            return known
+        self.counters.add(pulls_declined=1)
+        return remote_at
+
+    def _plan_follow(self, st: _Req, num_computed: int, known: int) -> tuple[int, bool]:
+        """PD decode running beside its prefill: known groups by hash, the rest (tail
+        included) from the prompt's own track as the producer publishes it."""
+        c = self.conf.chunk_size
+        n_groups = -(-len(st.tokens) // c)
+        own = [
+            GroupSource(namespace=st.namespace, track=st.codec, group_id=k, local=False)
+            for k in range(known, n_groups)
+        ]
+        st.sources = list(st.sources[:known]) + list(own)
+        first = num_computed // c
+        srcs = [s for s in st.sources[first:] if s is not None]
+        if not srcs or len(st.tokens) <= num_computed:
+            return self._no_plan(st)
+        st.plan = (num_computed, len(st.tokens), first, srcs, True)
+        st.next_save = len(st.hashes)  # a consumer publishes nothing of this prompt
+        st.tail_done = True
+        return self._answer(st, num_computed)
 
     def _plan_remote(self, st: _Req, num_computed: int) -> tuple[int | None, bool]:
         """PD consumer: load the groups a producer's ``kv_transfer_params`` name."""
@@ -270,12 +325,15 @@ class SchedulerSide:
             first_group=first,
             sources=tuple(srcs),
             is_async=is_async,
+            follows_producer=st.follow or st.remote is not None,
         )
         self.counters.count_match(num_external, remote=is_async)
 
     def build_connector_meta(self, out: SchedulerOutput) -> MoqtConnectorMetadata:
         """This step's loads (planned since the last step) and saves (groups it completes)."""
         meta = MoqtConnectorMetadata()
+        self._time_step(out)
+        self.bridge.figures()  # keeps the figures fresh (a non-blocking refresh at most every 5 s)
         for pending in self._reqs.values():
             if pending.pending_load is not None:
                 meta.loads.append(pending.pending_load)
@@ -299,6 +357,17 @@ class SchedulerSide:
                     st.block_ids.extend(new_ids[0])
             self._saves(st, cached.num_computed_tokens[i], out, meta)
         return meta
+
+    def _time_step(self, out: SchedulerOutput) -> None:
+        """Feed the step clock; report this node's prefill seconds per token now and then."""
+        prefill = 0
+        for req_id, n in out.num_scheduled_tokens.items():
+            st = self._reqs.get(req_id)
+            if st is not None and n > 1:
+                prefill += n
+        sample = self._clock.step(time.monotonic(), sum(out.num_scheduled_tokens.values()), prefill)
+        if sample is not None:
+            self.bridge.report("prefill_s_per_token", *sample)
 
     def _saves(
         self, st: _Req, computed: int, out: SchedulerOutput, meta: MoqtConnectorMetadata
@@ -369,3 +438,37 @@ class SchedulerSide:
         """Drop state of requests vLLM no longer tracks."""
         for r in req_ids:
             self._reqs.pop(r, None)
+
+
+class _StepClock:
+    """Prefill seconds per token from the engine's own steps.
+
+    ``build_connector_meta`` runs once per step, right after the previous step's forward pass
+    when the engine is busy, so the time between two calls is the previous step's cost. Steps
+    that were mostly prefill (≥ 90 % of ≥ 128 tokens) are averaged and reported every
+    ``period_s`` as (seconds per token, number of steps).
+    """
+
+    def __init__(self, period_s: float = 5.0) -> None:
+        self.period_s = period_s
+        self._prev: tuple[float, int, int] | None = None
+        self._secs = 0.0
+        self._tokens = 0
+        self._steps = 0
+        self._last_report = 0.0
+
+    def step(self, now: float, tokens: int, prefill_tokens: int) -> tuple[float, int] | None:
+        """Record a step that starts at ``now``; maybe return (s/token, steps) to report."""
+        if self._prev is not None:
+            at, n, pre = self._prev
+            if n >= 128 and pre >= 0.9 * n:
+                self._secs += now - at
+                self._tokens += n
+                self._steps += 1
+        self._prev = (now, tokens, prefill_tokens) if tokens else None
+        if self._tokens and now - self._last_report >= self.period_s:
+            out = (self._secs / self._tokens, self._steps)
+            self._secs, self._tokens, self._steps = 0.0, 0, 0
+            self._last_report = now
+            return out
+        return None

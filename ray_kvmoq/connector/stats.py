@@ -52,34 +52,38 @@ class ConnectorCounters:
     """Directory lookups that failed (the request was computed)."""
     lookup_timeouts: int = 0
     """Directory lookups slower than ``lookup_timeout_s``."""
+    pulls_declined: int = 0
+    """Prefixes held on another node that were recomputed because the measured pull is slower."""
     encode_us: int = 0
     """Microseconds spent encoding."""
     decode_us: int = 0
     """Microseconds spent verifying and decoding."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _totals: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
 
     def add(self, **deltas: int) -> None:
-        """Add ``deltas`` to the named counters."""
+        """Add ``deltas`` to the named counters (this interval's and the totals)."""
         with self._lock:
             for k, v in deltas.items():
                 setattr(self, k, getattr(self, k) + int(v))
+                self._totals[k] = self._totals.get(k, 0) + int(v)
 
     def count_match(self, tokens: int, *, remote: bool) -> None:
         """Tokens the scheduler planned to load."""
         self.add(**{"tokens_matched_remote" if remote else "tokens_matched_local": tokens})
 
     def take(self) -> dict[str, int]:
-        """The counts so far, reset to zero."""
+        """This interval's counts (since the last call), reset to zero."""
         with self._lock:
             out = {n: getattr(self, n) for n in COUNTER_NAMES}
             for n in COUNTER_NAMES:
                 setattr(self, n, 0)
         return out
 
-    def snapshot(self) -> dict[str, int]:
-        """The counts so far (unchanged)."""
+    def totals(self) -> dict[str, int]:
+        """Counts since the process started."""
         with self._lock:
-            return {n: getattr(self, n) for n in COUNTER_NAMES}
+            return {n: self._totals.get(n, 0) for n in COUNTER_NAMES}
 
 
 COUNTER_NAMES = tuple(f.name for f in fields(ConnectorCounters) if not f.name.startswith("_"))

@@ -81,7 +81,6 @@ class WorkerSide:
         self.chunk_size = chunk_size
         self.load_timeout_s = load_timeout_s
         self.counters = ConnectorCounters()
-        self.totals = ConnectorCounters()
         self.codebooks = Codebooks()
         self.caches: dict[str, torch.Tensor] = {}
         self.layers: list[str] = []
@@ -151,6 +150,7 @@ class WorkerSide:
             return False
         c = self.chunk_size
         deadline = time.monotonic() + self.load_timeout_s
+        spent = {True: [0.0, 0.0, 0.0], False: [0.0, 0.0, 0.0]}  # local? -> [s, bytes, groups]
         for i, src in enumerate(spec.sources):
             k = spec.first_group + i
             lo, hi = max(spec.start, k * c), min(spec.end, (k + 1) * c)
@@ -187,12 +187,20 @@ class WorkerSide:
                 digest = isinstance(exc, KVCacheError)
                 self._fail(spec, lo, f"{type(exc).__name__}: {exc}", digest=digest)
                 return False
+            took = time.perf_counter() - t0
+            acc = spent[src.local]
+            acc[0], acc[1], acc[2] = acc[0] + took, acc[1] + nbytes, acc[2] + 1
             self._count(
                 tokens_loaded=hi - lo,
                 groups_loaded=1,
                 bytes_loaded=nbytes,
-                decode_us=int((time.perf_counter() - t0) * 1e6),
+                decode_us=int(took * 1e6),
             )
+        if not spec.follows_producer:  # waiting for a producer is not pull time
+            for local, (secs, moved, groups) in spent.items():
+                if moved:
+                    kind = "local_s_per_byte" if local else "pull_s_per_byte"
+                    self.bridge.report(kind, secs / moved, int(groups))
         return True
 
     def _codebook_for(self, namespace: Any, track: bytes, deadline: float) -> bytes | None:
@@ -306,7 +314,6 @@ class WorkerSide:
 
     def _count(self, **deltas: int) -> None:
         self.counters.add(**deltas)
-        self.totals.add(**deltas)
 
     def shutdown(self) -> None:
         """Stop the threads (queued publishes finish first)."""

@@ -1,0 +1,52 @@
+"""A private two-node Ray cluster on this machine for the benches (head + 127.0.0.2).
+
+Both nodes share the machine's cores; the second node has its own IP, raylet and object store,
+so bytes between them really cross a node boundary (over loopback). Everything it starts is
+stopped by ``cluster.shutdown()`` — never ``ray stop``, which would kill other users' Ray.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+__all__ = ["two_node_cluster"]
+
+
+@contextmanager
+def two_node_cluster(
+    *, store_bytes: int, num_cpus: int = 4, namespace: str | None = None
+) -> Iterator[tuple[str, str]]:
+    """Start the cluster and connect this process; yields (head node id, 127.0.0.2's node id)."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.makedirs("/tmp/ray", exist_ok=True)  # Cluster.add_node writes its address file there
+    print("starting a 2-node Ray cluster (head + 127.0.0.2)", file=sys.stderr, flush=True)
+    cluster: Any = Cluster(
+        initialize_head=True,
+        head_node_args=dict(
+            num_cpus=num_cpus,
+            include_dashboard=False,
+            object_store_memory=store_bytes,
+            temp_dir=tempfile.mkdtemp(prefix="rkb", dir="/tmp"),
+        ),
+    )
+    try:
+        cluster.add_node(
+            num_cpus=num_cpus, node_ip_address="127.0.0.2", object_store_memory=store_bytes
+        )
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, namespace=namespace, log_to_driver=False)
+        nodes = {n["NodeManagerAddress"]: n["NodeID"] for n in ray.nodes() if n["Alive"]}
+        other = nodes.pop("127.0.0.2")
+        yield next(iter(nodes.values())), other
+    finally:
+        ray.shutdown()
+        cluster.shutdown()

@@ -1,0 +1,125 @@
+"""Measured cost figures, shared across the cluster: what prefill and pulls cost *here*, now.
+
+Whether loading a prefix beats recomputing it depends on the model, the hardware and the
+network, so nothing here is a constant: the connector measures every node's prefill speed (the
+scheduler times its engine steps) and every node's pull speed (the worker times its loads), the
+serving layer adds start-up probes, and all of it lands in one :class:`FiguresBoard` actor
+(named ``kvmoq_figures``, detached, in the relays' Ray namespace) as exponentially weighted
+averages. The router and each connector read the board every few seconds.
+
+Figures (``kind`` → per-node value):
+
+* ``prefill_s_per_token`` — seconds of engine time per prompt token computed on that node;
+* ``pull_s_per_byte`` — seconds per encoded KV byte loaded from *another* node (relay pull over
+  MoQT plus verify, decode and write);
+* ``local_s_per_byte`` — the same for bytes this node's relay already held (zero-copy read).
+
+:class:`Figures` is the plain (Ray-free, clock-injected) table; the actor wraps it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["FIGURES_NAME", "KINDS", "Figures", "FiguresBoard", "FiguresSnapshot", "figures_board"]
+
+FIGURES_NAME = "kvmoq_figures"
+"""Actor name of the board (in the relays' Ray namespace)."""
+
+KINDS = ("prefill_s_per_token", "pull_s_per_byte", "local_s_per_byte")
+"""The figures the board keeps."""
+
+_ALPHA = 0.3
+
+
+@dataclass(frozen=True, kw_only=True)
+class FiguresSnapshot:
+    """The board's figures at one moment (JSON-able via :meth:`to_dict`)."""
+
+    values: dict[str, dict[str, float]] = field(default_factory=dict)
+    """kind → node id → value."""
+    samples: dict[str, dict[str, int]] = field(default_factory=dict)
+    """kind → node id → how many measurements went in."""
+
+    def get(self, kind: str, node_id: str) -> float | None:
+        """The node's figure, else the median over nodes that have one, else None."""
+        per_node = self.values.get(kind, {})
+        if node_id in per_node:
+            return per_node[node_id]
+        vals = sorted(per_node.values())
+        return vals[len(vals) // 2] if vals else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dicts (for Serve routing stats, ``kvmoq inspect``, benches)."""
+        return {"values": self.values, "samples": self.samples}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> FiguresSnapshot:
+        """The inverse of :meth:`to_dict` (tolerates missing keys)."""
+        d = d or {}
+        return cls(values=dict(d.get("values", {})), samples=dict(d.get("samples", {})))
+
+
+class Figures:
+    """Exponentially weighted figures per (kind, node)."""
+
+    def __init__(self, alpha: float = _ALPHA) -> None:
+        self._alpha = alpha
+        self._values: dict[str, dict[str, float]] = {k: {} for k in KINDS}
+        self._samples: dict[str, dict[str, int]] = {k: {} for k in KINDS}
+
+    def report(self, kind: str, node_id: str, value: float, weight: int = 1) -> None:
+        """Fold a measurement in (``weight`` measurements averaging ``value``)."""
+        if kind not in self._values:
+            raise ValueError(f"unknown figure {kind!r}; known: {', '.join(KINDS)}")
+        if not value > 0 or value != value:  # rejects zero, negatives and NaN
+            return
+        per_node = self._values[kind]
+        old = per_node.get(node_id)
+        a = 1 - (1 - self._alpha) ** max(1, weight)
+        per_node[node_id] = value if old is None else old + a * (value - old)
+        self._samples[kind][node_id] = self._samples[kind].get(node_id, 0) + max(1, weight)
+
+    def snapshot(self) -> FiguresSnapshot:
+        """A copy of the current figures."""
+        return FiguresSnapshot(
+            values={k: dict(v) for k, v in self._values.items()},
+            samples={k: dict(v) for k, v in self._samples.items()},
+        )
+
+
+class FiguresBoard:
+    """:class:`Figures` behind an actor's methods (see :func:`figures_board`), plus every
+    connector's cumulative counters (``kvmoq inspect``, tests and benches read them here
+    instead of scraping each engine's Prometheus endpoint)."""
+
+    def __init__(self) -> None:
+        self._f = Figures()
+        self._counters: dict[str, dict[str, Any]] = {}
+
+    def report(self, kind: str, node_id: str, value: float, weight: int = 1) -> None:
+        """Fold a measurement in."""
+        self._f.report(kind, node_id, value, weight)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The figures as plain dicts (:meth:`FiguresSnapshot.to_dict`)."""
+        return self._f.snapshot().to_dict()
+
+    def report_counters(self, source: str, node_id: str, counters: dict[str, int]) -> None:
+        """A connector side's counters since it started (``source``: engine and side)."""
+        self._counters[source] = {"node_id": node_id, **counters}
+
+    def counters(self) -> dict[str, dict[str, Any]]:
+        """source → {node_id, counter: total}."""
+        return {k: dict(v) for k, v in self._counters.items()}
+
+
+def figures_board(namespace: str = "kvmoq") -> Any:
+    """The ``kvmoq_figures`` actor (created, detached and restartable, if absent)."""
+    import ray
+
+    actor_cls: Any = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)(FiguresBoard)
+    return actor_cls.options(
+        name=FIGURES_NAME, namespace=namespace, get_if_exists=True, lifetime="detached"
+    ).remote()
