@@ -2,7 +2,8 @@
 
 One multi-node Ray cluster per test session (``ray_cluster``), started lazily by the first test
 that asks for it: the head on the host IP plus two worker nodes on 127.0.0.2 and 127.0.0.3
-(runtime-notes §4). Everything it starts is stopped by ``cluster.shutdown()`` — never ``ray stop``.
+(runtime-notes §4). Each node has one ``engine_slot`` resource: a Serve LLM deployment that asks
+for it gets at most one replica per node. Everything it starts is stopped by ``cluster.shutdown()`` — never ``ray stop``.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def ray_cluster() -> Iterator[RayTestCluster]:
             include_dashboard=False,
             object_store_memory=store,
             temp_dir=temp_dir,
-            resources={"kvnode_head": 1},
+            resources={"kvnode_head": 1, "engine_slot": 1},
         ),
     )
     try:
@@ -61,7 +62,7 @@ def ray_cluster() -> Iterator[RayTestCluster]:
                 num_cpus=4,
                 node_ip_address=ip,
                 object_store_memory=store,
-                resources={f"kvnode{i + 1}": 1},
+                resources={f"kvnode{i + 1}": 1, "engine_slot": 1},
             )
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)

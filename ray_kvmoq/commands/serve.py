@@ -42,7 +42,9 @@ def _connect(address: str | None, num_cpus: int | None) -> bool:
     temp = tempfile.mkdtemp(prefix="kvmoq", dir="/tmp")
     _say(f"starting a local Ray head (temp dir {temp})")
     ray.init(
-        num_cpus=num_cpus or max(2, os.cpu_count() or 2),
+        # Ray Serve LLM wants a CPU per engine plus the ingress: on a 2-core machine Ray needs
+        # more logical CPUs than cores (the engines mostly wait on each other anyway)
+        num_cpus=num_cpus or max(4, os.cpu_count() or 2),
         include_dashboard=False,
         namespace="serve",
         log_to_driver=False,
@@ -203,20 +205,15 @@ def serve(
 @click.option("--address", default=None, help="Ray cluster (default: $RAY_ADDRESS or 'auto').")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def inspect(address: str | None, as_json: bool) -> None:
-    """Show which KV is cached on which node's relay, and the router's cost figures."""
+    """Show which KV each node's relay caches, the measured cost figures the router and the
+    connectors use, and every connector's counters."""
     import ray
 
+    from ray_kvmoq.connector.figures import FIGURES_NAME
     from ray_kvmoq.relay.actor import DIRECTORY_NAME, relay_name
-    from ray_kvmoq.serving.costmodel import default_costs_path, load_figures
-    from ray_kvmoq.serving.relayplane import RAY_NAMESPACE
+    from ray_kvmoq.serving.app import RAY_NAMESPACE
 
-    fig = load_figures()
-    out: dict[str, Any] = {
-        "costs_file": str(default_costs_path()),
-        "cost_figures": {k: v for k, v in vars(fig).items()},
-        "nodes": [],
-        "directory": None,
-    }
+    out: dict[str, Any] = {"nodes": [], "directory": None, "figures": None, "connectors": None}
     try:
         ray.init(
             address=address or os.environ.get("RAY_ADDRESS", "auto"),
@@ -238,10 +235,15 @@ def inspect(address: str | None, as_json: bool) -> None:
             except Exception:
                 row["relay"] = None
             out["nodes"].append(row)
-        try:
-            out["directory"] = ray.get(ray.get_actor(DIRECTORY_NAME).stats.remote(), timeout=10)
-        except Exception:
-            out["directory"] = None
+        for key, name, method in (
+            ("directory", DIRECTORY_NAME, "stats"),
+            ("figures", FIGURES_NAME, "snapshot"),
+            ("connectors", FIGURES_NAME, "counters"),
+        ):
+            try:
+                out[key] = ray.get(getattr(ray.get_actor(name), method).remote(), timeout=10)
+            except Exception:
+                out[key] = None
     finally:
         ray.shutdown()
     if as_json:
@@ -251,19 +253,9 @@ def inspect(address: str | None, as_json: bool) -> None:
 
 
 def _print_inspect(out: dict[str, Any]) -> None:
-    fig = out["cost_figures"]
-    click.echo(f"cost figures: {fig['source']}  (file: {out['costs_file']})")
-    for k in (
-        "prefill_s_per_token",
-        "moqt_s_per_byte",
-        "local_s_per_byte",
-        "service_s",
-        "kv_bytes_per_token",
-    ):
-        click.echo(f"  {k:22s} {fig[k]:.4g}")
-    click.echo("")
     click.echo(
-        f"{'node':10s} {'ip':15s} {'cached MB':>10s} {'tracks':>7s} {'hits':>6s} {'misses':>7s} {'pulled MB':>10s} {'evicted':>8s}"
+        f"{'node':10s} {'ip':15s} {'cached MB':>10s} {'tracks':>7s} {'hits':>6s} "
+        f"{'misses':>7s} {'pulled MB':>10s} {'evicted':>8s}"
     )
     for row in out["nodes"]:
         r = row["relay"]
@@ -272,9 +264,19 @@ def _print_inspect(out: dict[str, Any]) -> None:
             continue
         click.echo(
             f"{row['node_id'][:10]:10s} {row['ip']:15s} {r.get('bytes_cached', 0) / 1e6:10.2f} "
-            f"{r.get('live_tracks', 0):7d} {r.get('hits', 0):6d} {r.get('misses', 0):7d} "
+            f"{r.get('cached_tracks', 0):7d} {r.get('hits', 0):6d} {r.get('misses', 0):7d} "
             f"{r.get('upstream_bytes', 0) / 1e6:10.2f} {r.get('evictions', 0):8d}"
         )
+    fig = (out.get("figures") or {}).get("values") or {}
+    if fig:
+        click.echo("\nmeasured figures (per node):")
+        for kind, per_node in fig.items():
+            for node, v in per_node.items():
+                unit = f"{v * 1e3:.3f} ms/token" if "token" in kind else f"{1e-6 / v:.1f} MB/s"
+                click.echo(f"  {kind:22s} {node[:10]:10s} {unit}")
+    for source, c in (out.get("connectors") or {}).items():
+        shown = {k: v for k, v in c.items() if v and k != "node_id"}
+        click.echo(f"\nconnector {source} on {str(c.get('node_id'))[:10]}: {shown}")
     if out["directory"] is not None:
         click.echo(f"\ndirectory: {out['directory']}")
     elif not any(row["relay"] for row in out["nodes"]):

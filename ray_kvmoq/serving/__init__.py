@@ -1,14 +1,19 @@
-"""ray_kvmoq.serving: Ray Serve prefill/decode deployments, the KV-placement router, OpenAI HTTP.
+"""ray_kvmoq.serving: Ray Serve LLM apps with the MoQT KV layer.
 
-* ``app``: typed app arguments and the Serve builders (``serve run apps/local.yaml``).
-* ``worker``: prefill with prefix reuse and live publishing, decode (plain class; no Ray).
-* ``kvplane`` / ``relayplane``: where KV chunks are read and published (in-process, or the node
-  relays as draft-shi-moq-kvcache tracks, pulled over MoQT between nodes).
-* ``router`` / ``costmodel``: the Serve request router and its measured cost model.
-* ``ingress`` / ``openai_api`` / ``textstream``: the OpenAI-compatible HTTP API.
-* ``metrics``: Prometheus metrics; ``deployments``: the Serve shells.
+The engine is vLLM and the OpenAI layer is Ray Serve LLM's; this package adds the parts they
+do not have (DESIGN.md):
 
-Public names are imported lazily (the package import stays light: no Ray, no torch).
+* ``app`` / ``graph``: typed app arguments and the builder (``serve run apps/local.yaml``):
+  ``LLMConfig`` s with :class:`~ray_kvmoq.connector.MoqtKVConnector`, the node relays, the KV
+  directory and the figures board, combined or PD graphs;
+* ``router`` / ``costmodel`` / ``prompts``: the KV router (where each prefix's groups are, what
+  a pull costs vs recompute, measured on the running cluster);
+* ``server``: Ray Serve LLM server subclasses (prefill probe, routing stats, connector counters);
+* ``backend``: the connector's Ray Serve LLM backend (engine-process setup, concurrent PD);
+* ``ingress`` / ``tenants``: API keys → tenant salts, ``/health``, ``/metrics``;
+* ``metrics``: the router's Prometheus metrics.
+
+Public names are imported lazily (the package import stays light: no Ray, no vLLM).
 """
 
 from __future__ import annotations
@@ -16,38 +21,15 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = [
-    "AppArgs",
-    "CostFigures",
-    "IngressCore",
-    "KVPlacementRouter",
-    "KVPlane",
-    "LocalKVPlane",
-    "OpenAIError",
-    "RelayKVPlane",
-    "ReplicaArgs",
-    "ReplicaCore",
-    "ServingMetrics",
-    "TenantTable",
-    "build",
-    "load_figures",
-]
+__all__ = ["AppArgs", "KVRouter", "ReplicaArgs", "TenantTable", "build", "build_pd"]
 
 _WHERE = {
     "AppArgs": "app",
-    "CostFigures": "costmodel",
-    "IngressCore": "ingress",
-    "KVPlacementRouter": "router",
-    "KVPlane": "kvplane",
-    "LocalKVPlane": "kvplane",
-    "OpenAIError": "openai_api",
-    "RelayKVPlane": "relayplane",
+    "KVRouter": "router",
     "ReplicaArgs": "app",
-    "ReplicaCore": "worker",
-    "ServingMetrics": "metrics",
-    "TenantTable": "openai_api",
+    "TenantTable": "tenants",
     "build": "app",
-    "load_figures": "costmodel",
+    "build_pd": "app",
 }
 
 

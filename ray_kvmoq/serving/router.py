@@ -1,274 +1,245 @@
-"""KV-placement request router for Ray Serve (Ray 2.60 ``request_router_config``).
+"""The KV router: a Ray Serve request router for Ray Serve LLM's ``LLMServer`` replicas.
 
-Split as STYLE rule 9 asks: :func:`rank_replicas` is a pure function over plain views of the
-replicas and the request (tested without Ray); :class:`KVPlacementRouter` is the thin Serve shell
-that builds those views from ``RunningReplica.routing_stats`` and the pending request's kwargs.
+Per request it works out where the prompt's KV is and what each candidate replica would pay for
+it (:mod:`.costmodel`), then ranks the candidates cheapest first:
 
-Signals:
-- Each replica's ``record_routing_stats()`` returns :class:`ReplicaStats` fields as a dict:
-  its node id, its queue length and the (shortened) chained chunk hashes its node can serve
-  locally (``held``).
-- The caller passes a :class:`RoutingHint` dict as the ``routing`` kwarg of the call: the
-  request's chunk hashes, prompt length, the policy, and for decode the node that holds the KV.
+* *where the KV is*: the prompt is tokenized as vLLM will (:mod:`.prompts`), its chained chunk
+  hashes go to the cluster's KV directory (``longest_prefix``: which nodes' relays hold each
+  leading chunk), and the router remembers which prefixes it recently sent to which replica
+  (they sit in that engine's own prefix cache);
+* *what it costs*: prefill and pull speed per node as measured on the running cluster (the
+  figures board), the track's real bytes per token, each replica's queue length.
 
-Policy ``kv`` (default): the cost of each candidate is :func:`costmodel.plan_prefix`'s estimate —
-recompute tokens × prefill cost + remote KV bytes × transfer cost + queue × service time — where
-"available anywhere" is the union of every replica's ``held``. When no candidate holds any chunk
-of the request, cost differences are only queueing, so it falls back to power-of-two choices
-(sample two, prefer the shorter queue). Policies ``pow2`` and ``round_robin`` are there for the
-benchmark's baselines. Every decision is counted in ``kvmoq_router_decisions_total``.
+Outcomes, counted in ``kvmoq_router_decisions_total{outcome}``: ``cost`` (figures known: the
+cheapest plan wins — a pull is only planned where it beats recompute), ``affinity`` (KV known but
+no figures yet: the replica that holds the longest prefix, shorter queue first), ``pow2`` (no KV
+anywhere: two random replicas, shorter queue first). Every candidate appears in the ranking
+exactly once, so Serve falls through when the best one is full. Lookups are bounded (a slow
+directory means routing without KV information, never a stuck request).
 
-Invariant: the returned ranks contain every candidate exactly once (best first), so Serve can
-fall through to the next replica when the best one is full.
+``request_router_kwargs``: ``kv_model``, ``model_dir``, ``chunk_size``, ``bytes_per_token``,
+``codec``, ``tenant_salt``, ``deployment`` (metrics label), ``ray_namespace``.
 """
 
 from __future__ import annotations
 
-import itertools
+import asyncio
+import logging
 import random
+import time
 from collections import OrderedDict
-from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
 
-from .costmodel import CHUNK_TOKENS, CostFigures, leading_hits, load_figures, plan_prefix
+from ray_kvmoq.connector.figures import FiguresSnapshot
+
+from .costmodel import Candidate, NodeFigures, Plan, RequestView, plan
 from .metrics import process_metrics
+from .prompts import prompt_keys
 
-HASH_PREFIX_CHARS = 16
-"""Chunk hashes travel in routing stats shortened to this many hex characters."""
-MAX_HELD_REPORTED = 8192
-"""At most this many held hashes per replica in routing stats (newest first)."""
-MAX_ROUTED_REMEMBERED = 4096
-"""Per replica, the chunk hashes of this many recent routed requests' prefixes are remembered."""
+__all__ = ["KVRouter", "rank"]
 
+log = logging.getLogger(__name__)
 
-@dataclass(frozen=True, kw_only=True)
-class RoutingHint:
-    """What the router needs to know about a request (passed as the ``routing`` kwarg)."""
-
-    hashes: list[str] = field(default_factory=list)
-    """The prompt's chained chunk hashes, in order, shortened to :data:`HASH_PREFIX_CHARS`."""
-    prompt_tokens: int = 0
-    """Prompt length in tokens."""
-    policy: str = "kv"
-    """``kv``, ``pow2`` or ``round_robin``."""
-    kv_node: str | None = None
-    """Decode only: the node whose relay holds (or is producing) the whole prompt's KV."""
-    reuse: bool = True
-    """False when the request recomputes everything (no cached chunk counts)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON-able form passed through Serve."""
-        return {
-            "hashes": self.hashes,
-            "prompt_tokens": self.prompt_tokens,
-            "policy": self.policy,
-            "kv_node": self.kv_node,
-            "reuse": self.reuse,
-        }
-
-    @classmethod
-    def from_obj(cls, obj: object) -> RoutingHint | None:
-        """A hint from a dict (or None if ``obj`` is not one)."""
-        if isinstance(obj, RoutingHint):
-            return obj
-        if not isinstance(obj, dict):
-            return None
-        return cls(
-            hashes=[str(h) for h in obj.get("hashes", [])],
-            prompt_tokens=int(obj.get("prompt_tokens", 0)),
-            policy=str(obj.get("policy", "kv")),
-            kv_node=obj.get("kv_node"),
-            reuse=bool(obj.get("reuse", True)),
-        )
+_LOOKUP_TIMEOUT_S = 0.25
+_FIGURES_MAX_AGE_S = 2.0
+_RECENT_PER_REPLICA = 4096
 
 
-@dataclass(frozen=True, kw_only=True)
-class ReplicaStats:
-    """One replica as the router sees it."""
-
-    key: str
-    """Replica id (any unique string)."""
-    node_id: str = ""
-    """The Ray node the replica runs on."""
-    queue_len: int = 0
-    """Requests ongoing or queued on the replica."""
-    held: frozenset[str] = frozenset()
-    """Shortened chunk hashes whose KV the replica's node serves locally."""
-
-    @classmethod
-    def from_routing_stats(
-        cls, key: str, stats: dict[str, Any] | None, queue: int | None
-    ) -> ReplicaStats:
-        """Build from ``record_routing_stats()`` output; ``queue`` (if known) overrides its queue."""
-        stats = stats or {}
-        q = queue if queue is not None else int(stats.get("queue_len", 0))
-        return cls(
-            key=key,
-            node_id=str(stats.get("node_id", "")),
-            queue_len=q,
-            held=frozenset(stats.get("held", ())),
-        )
+def _short(h: bytes) -> str:
+    return h.hex()[:16]
 
 
-@dataclass(frozen=True, kw_only=True)
-class Scored:
-    """A candidate with its estimated cost."""
-
-    key: str
-    """Replica key."""
-    cost_s: float
-    """Estimated seconds to first token on this replica."""
-    local_chunks: int
-    """Leading chunks its node holds."""
-    remote_chunks: int
-    """Leading chunks it would pull from another node."""
-
-
-def _decode_cost(fig: CostFigures, hint: RoutingHint, r: ReplicaStats, service_s: float) -> Scored:
-    moved = 0 if (hint.kv_node is None or r.node_id == hint.kv_node) else hint.prompt_tokens
-    cost = moved * fig.kv_bytes_per_token * fig.moqt_s_per_byte + r.queue_len * service_s
-    chunks = -(-hint.prompt_tokens // CHUNK_TOKENS)
-    local = chunks if moved == 0 else 0
-    return Scored(key=r.key, cost_s=cost, local_chunks=local, remote_chunks=chunks - local)
-
-
-def score_replicas(
-    fig: CostFigures, hint: RoutingHint, replicas: list[ReplicaStats], *, decode: bool = False
-) -> list[Scored]:
-    """Every replica's estimated cost for ``hint`` (unsorted)."""
-    if decode:
-        return [_decode_cost(fig, hint, r, fig.service_s) for r in replicas]
-    held_anywhere: set[str] = set()
-    for r in replicas:
-        held_anywhere |= r.held
-    available = leading_hits(hint.hashes, held_anywhere) if hint.reuse else 0
-    out = []
-    for r in replicas:
-        local = leading_hits(hint.hashes, r.held) if hint.reuse else 0
-        plan = plan_prefix(
-            fig,
-            prompt_tokens=max(hint.prompt_tokens, 1),
-            local_chunks=local,
-            available_chunks=available,
-            queue_len=r.queue_len,
-        )
-        out.append(
-            Scored(
-                key=r.key,
-                cost_s=plan.cost_s,
-                local_chunks=plan.local_chunks,
-                remote_chunks=plan.remote_chunks,
-            )
-        )
-    return out
-
-
-def rank_replicas(
-    fig: CostFigures,
-    hint: RoutingHint,
-    replicas: list[ReplicaStats],
-    *,
-    decode: bool = False,
-    rng: random.Random | None = None,
-) -> tuple[list[list[str]], str, Scored | None]:
-    """Rank replica keys for ``hint``: (ranks, outcome, chosen score).
-
-    ``outcome`` is ``cost`` (cost model decided), ``pow2`` (nothing cached anywhere, or asked for).
-    Each key appears in exactly one rank.
-    """
-    rng = rng or random.Random()
-    if not replicas:
+def rank(
+    req: RequestView | None,
+    candidates: list[Candidate],
+    figures: FiguresSnapshot,
+    rng: random.Random,
+) -> tuple[list[str], str, Plan | None]:
+    """Candidate keys best first, the outcome, and the chosen plan (pure; see the docstring)."""
+    if not candidates:
         return [], "empty", None
-    scores = score_replicas(fig, hint, replicas, decode=decode)
-    informative = decode and hint.kv_node is not None
-    informative = informative or any(s.local_chunks or s.remote_chunks for s in scores)
-    if hint.policy == "pow2" or (hint.policy == "kv" and not informative):
-        return _pow2(replicas, rng), "pow2", None
-    order = sorted(scores, key=lambda s: (s.cost_s, rng.random()))
-    return [[s.key] for s in order], "cost", order[0]
+    plans = []
+    if req is not None:
+        for c in candidates:
+            nf = NodeFigures(
+                prefill_s_per_token=figures.get("prefill_s_per_token", c.node_id),
+                pull_s_per_byte=figures.get("pull_s_per_byte", c.node_id),
+                local_s_per_byte=figures.get("local_s_per_byte", c.node_id),
+            )
+            plans.append((plan(req, c, nf), c))
+    if not any(p.reused_chunks for p, _ in plans):
+        return _pow2(candidates, rng), "pow2", None
+    if all(p.cost_s is not None for p, _ in plans):
+        order = sorted(plans, key=lambda pc: (pc[0].cost_s, rng.random()))
+        return [c.key for _, c in order], "cost", order[0][0]
+    order = sorted(plans, key=lambda pc: (-pc[0].reused_chunks, pc[1].queue_len, rng.random()))
+    return [c.key for _, c in order], "affinity", order[0][0]
 
 
-def _pow2(replicas: list[ReplicaStats], rng: random.Random) -> list[list[str]]:
-    """Two random replicas first (shorter queue first), then the rest."""
-    keys = [r.key for r in replicas]
-    if len(keys) <= 1:
-        return [keys]
-    pair = rng.sample(replicas, 2)
-    pair.sort(key=lambda r: r.queue_len)
-    rest = [k for k in keys if k not in {pair[0].key, pair[1].key}]
-    ranks = [[pair[0].key], [pair[1].key]]
-    return ranks + ([rest] if rest else [])
+def _pow2(candidates: list[Candidate], rng: random.Random) -> list[str]:
+    if len(candidates) == 1:
+        return [candidates[0].key]
+    pair = sorted(rng.sample(candidates, 2), key=lambda c: c.queue_len)
+    rest = [c.key for c in candidates if c not in pair]
+    rng.shuffle(rest)
+    return [pair[0].key, pair[1].key, *rest]
 
 
-class KVPlacementRouter(RequestRouter):
-    """Serve request router ranking replicas by the KV cost model.
-
-    ``request_router_kwargs``: ``deployment`` (label in metrics), ``decode`` (score decode
-    replicas: KV moved from the prefill node instead of prefix reuse), ``costs_path`` (figures
-    file; default :func:`costmodel.default_costs_path`).
-    """
+class KVRouter(RequestRouter):
+    """Serve request router ranking ``LLMServer`` replicas by where the prompt's KV is."""
 
     def initialize_state(self, **kwargs: Any) -> None:
-        """Read the cost figures once; keep a round-robin cursor."""
-        costs_path = kwargs.get("costs_path")
-        self._deployment = str(kwargs.get("deployment", "prefill"))
-        self._decode = bool(kwargs.get("decode", False))
-        self._figures = load_figures(Path(costs_path) if costs_path else None)
-        self._rr = itertools.count(random.randrange(1 << 16))
+        """Settings from ``request_router_kwargs`` (see the module docstring)."""
+        self._kv_model = str(kwargs["kv_model"])
+        self._model_dir = str(kwargs["model_dir"])
+        self._chunk = int(kwargs.get("chunk_size", 128))
+        self._bpt = float(kwargs["bytes_per_token"])
+        self._codec = str(kwargs.get("codec", "BF16")).encode()
+        self._salt = str(kwargs.get("tenant_salt", "public"))
+        self._label = str(kwargs.get("deployment", "llm"))
+        self._ns = str(kwargs.get("ray_namespace", "kvmoq"))
         self._rng = random.Random()
-        # Hashes of prefixes this router recently sent to each replica: that replica is
-        # computing (or has) them before its routing stats can say so.
-        self._routed: dict[str, OrderedDict[str, None]] = {}
+        self._recent: dict[str, OrderedDict[str, None]] = {}
+        self._pending: OrderedDict[int, list[str]] = OrderedDict()
+        # requests this router sent and that have not completed, per replica (Serve's own
+        # queue-length cache is only kept in its strict max-ongoing-requests mode)
+        self._inflight: dict[str, set[str]] = {}
+        self._directory: Any = None
+        self._board: Any = None
+        self._figures = FiguresSnapshot()
+        self._figures_at = 0.0
 
     async def choose_replicas(
         self,
         candidate_replicas: list[RunningReplica],
         pending_request: PendingRequest | None = None,
     ) -> list[list[RunningReplica]]:
-        """Ranks of candidates, cheapest first (see the module docstring)."""
+        """Ranks of candidates, cheapest first (one replica per rank)."""
         if not candidate_replicas:
             return []
-        kwargs = pending_request.kwargs if pending_request is not None else {}
-        hint = RoutingHint.from_obj((kwargs or {}).get("routing")) or RoutingHint()
         by_key = {str(r.replica_id): r for r in candidate_replicas}
+        request = _openai_request(pending_request)
+        view = await self._view(request) if request is not None else None
+        if view is not None and pending_request is not None:
+            self._pending[id(pending_request)] = list(view.hashes)
+            while len(self._pending) > 1024:
+                self._pending.popitem(last=False)
+        cands = [self._candidate(r) for r in candidate_replicas]
+        await self._refresh_figures()
+        order, outcome, best = rank(view, cands, self._figures, self._rng)
         m = process_metrics()
-        if hint.policy == "round_robin":
-            start = next(self._rr) % len(candidate_replicas)
-            rot = candidate_replicas[start:] + candidate_replicas[:start]
-            m.router_decisions.labels(self._deployment, "round_robin", "rr").inc()
-            return [[r] for r in rot]
-        views = [self._view(r) for r in candidate_replicas]
-        ranks, outcome, best = rank_replicas(
-            self._figures, hint, views, decode=self._decode, rng=self._rng
-        )
-        m.router_decisions.labels(self._deployment, hint.policy, outcome).inc()
-        if best is not None:
-            m.router_cost.labels(self._deployment).observe(best.cost_s)
-        return [[by_key[k] for k in rank] for rank in ranks]
+        m.router_decisions.labels(self._label, "kv", outcome).inc()
+        if best is not None and best.cost_s is not None:
+            m.router_cost.labels(self._label).observe(best.cost_s)
+        return [[by_key[k]] for k in order]
 
     def on_request_routed(
         self, pending_request: PendingRequest, replica_id: Any, result: Any
     ) -> None:
-        """Remember which replica got which prefix (in-flight affinity)."""
-        hint = RoutingHint.from_obj((pending_request.kwargs or {}).get("routing"))
-        if hint is None or not hint.reuse or not hint.hashes or self._decode:
+        """Count the request against the replica; remember the prefix it is now computing
+        (its engine will hold it)."""
+        rid = getattr(pending_request.metadata, "internal_request_id", None)
+        if rid is not None:
+            self._inflight.setdefault(str(replica_id), set()).add(str(rid))
+        hashes = self._pending.pop(id(pending_request), None)
+        if not hashes:
             return
-        seen = self._routed.setdefault(str(replica_id), OrderedDict())
-        for h in hint.hashes:
+        seen = self._recent.setdefault(str(replica_id), OrderedDict())
+        for h in hashes:
             seen[h] = None
             seen.move_to_end(h)
-        while len(seen) > MAX_ROUTED_REMEMBERED:
+        while len(seen) > _RECENT_PER_REPLICA:
             seen.popitem(last=False)
 
-    def _view(self, r: RunningReplica) -> ReplicaStats:
-        queue = self.replica_queue_len_cache.get(r.replica_id)
-        stats = dict(r.routing_stats or {})
-        stats.setdefault("node_id", r.node_id)
-        view = ReplicaStats.from_routing_stats(str(r.replica_id), stats, queue)
-        routed = self._routed.get(str(r.replica_id))
-        if routed:
-            view = replace(view, held=view.held | frozenset(routed))
-        return view
+    def on_request_completed(self, replica_id: Any, internal_request_id: str) -> None:
+        """The request no longer occupies the replica."""
+        self._inflight.get(str(replica_id), set()).discard(str(internal_request_id))
+
+    def on_replica_actor_died(self, replica_id: Any) -> None:
+        """Forget what a dead replica held or was doing."""
+        super().on_replica_actor_died(replica_id)
+        self._inflight.pop(str(replica_id), None)
+        self._recent.pop(str(replica_id), None)
+
+    # ---- internals ---------------------------------------------------------------------------
+
+    def _candidate(self, r: RunningReplica) -> Candidate:
+        cached = self.replica_queue_len_cache.get(r.replica_id)
+        mine = len(self._inflight.get(str(r.replica_id), ()))
+        stats = r.routing_stats or {}
+        return Candidate(
+            key=str(r.replica_id),
+            node_id=str(stats.get("node_id") or r.node_id),
+            queue_len=max(mine, int(cached or 0)),
+            recent=frozenset(self._recent.get(str(r.replica_id), ())),
+        )
+
+    async def _view(self, request: Any) -> RequestView | None:
+        keys = prompt_keys(
+            request,
+            model_dir=self._model_dir,
+            kv_model=self._kv_model,
+            salt=self._salt,
+            chunk_size=self._chunk,
+        )
+        if keys is None:
+            return None
+        short = [_short(h) for h in keys.hashes]
+        holders: list[frozenset[str]] = []
+        usable = max(0, (keys.tokens - 1) // self._chunk)
+        if usable:
+            try:
+                chain = await asyncio.wait_for(
+                    self._dir().longest_prefix.remote(keys.hashes[:usable]), _LOOKUP_TIMEOUT_S
+                )
+                holders = [
+                    frozenset(loc.node_id for loc in locs if bytes(loc.track) == self._codec)
+                    for locs in chain
+                ]
+            except Exception as exc:  # route without KV information
+                log.debug("KV directory lookup failed for routing: %s", exc)
+                self._directory = None
+        return RequestView(
+            prompt_tokens=keys.tokens,
+            chunk_size=self._chunk,
+            bytes_per_token=self._bpt,
+            holders=holders,
+            hashes=short,
+        )
+
+    def _dir(self) -> Any:
+        if self._directory is None:
+            import ray
+
+            from ray_kvmoq.relay.actor import DIRECTORY_NAME
+
+            self._directory = ray.get_actor(DIRECTORY_NAME, namespace=self._ns)
+        return self._directory
+
+    async def _refresh_figures(self) -> None:
+        if time.monotonic() - self._figures_at < _FIGURES_MAX_AGE_S:
+            return
+        self._figures_at = time.monotonic()
+        try:
+            if self._board is None:
+                from ray_kvmoq.connector.figures import figures_board
+
+                self._board = figures_board(self._ns)
+            snap = await asyncio.wait_for(self._board.snapshot.remote(), _LOOKUP_TIMEOUT_S)
+            self._figures = FiguresSnapshot.from_dict(snap)
+        except Exception as exc:
+            log.debug("cannot read the figures board: %s", exc)
+            self._board = None
+
+
+def _openai_request(pending: PendingRequest | None) -> Any:
+    """The chat/completion request among a pending call's arguments (Ray Serve LLM passes
+    ``(request, raw_request_info)``)."""
+    if pending is None:
+        return None
+    for a in list(pending.args or ()) + list((pending.kwargs or {}).values()):
+        if hasattr(a, "messages") or hasattr(a, "prompt"):
+            return a
+    return None

@@ -1,8 +1,8 @@
 """Fixtures for the connector tests: real vLLM engines (CPU, SmolLM2) with the MoQT connector.
 
-Two engines for the whole session, each in a Ray actor on its own Ray node of the shared test
+Two engines for the whole package, each in a Ray actor on its own Ray node of the shared test
 cluster (head, and 127.0.0.2), each with ``kv_both``: engine starts cost ~30–60 s here, so every
-connector test shares them. Each test isolates its prompts with its own ``cache_salt`` (a fresh
+connector test shares them (and they are stopped before the serving tests start theirs). Each test isolates its prompts with its own ``cache_salt`` (a fresh
 tenant), so one test's published groups never satisfy another's lookups.
 """
 
@@ -38,7 +38,7 @@ class Engines:
     """KV namespace model field of both engines."""
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def fp32_engine(engines: Engines) -> Iterator[Any]:
     """A float32 engine on the head node, for the codec quality gates: shared/docs/kv-payload.md
     defines them on an fp32 reference (bf16 arithmetic alone flips near-tied top-1 tokens)."""
@@ -65,7 +65,7 @@ def fresh_salt() -> str:
     return f"test-{uuid.uuid4().hex}"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def engines(ray_cluster: RayTestCluster) -> Iterator[Engines]:
     import ray
 

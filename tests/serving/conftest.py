@@ -1,9 +1,13 @@
-"""Serving test fixtures: Serve's HTTP proxy on 127.0.0.1 and a free port, started once."""
+"""Serving test fixtures: Serve's HTTP proxy on 127.0.0.1 and a free port (started once), and a
+helper that deploys an app from :class:`~ray_kvmoq.serving.app.AppArgs` under its own route and
+takes it down afterwards."""
 
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -19,3 +23,32 @@ def serve_http(ray_cluster: Any) -> Iterator[str]:
     port = free_port(socket.SOCK_STREAM)
     serve.start(http_options={"host": "127.0.0.1", "port": port}, detached=False)
     yield f"http://127.0.0.1:{port}"
+
+
+@contextmanager
+def deployed(
+    serve_http: str, name: str, args: dict[str, Any], timeout_s: float = 900
+) -> Iterator[str]:
+    """Deploy ``ray_kvmoq.serving.app.build(args)`` at ``/<name>``; yields its base URL once
+    ``/health`` answers 200; deletes the app afterwards."""
+    import httpx
+    from ray import serve
+
+    from ray_kvmoq.serving.app import build
+
+    serve.run(build(args), name=name, route_prefix=f"/{name}", blocking=False)
+    base = f"{serve_http}/{name}"
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            try:
+                if httpx.get(f"{base}/health", timeout=30).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"app {name} not healthy in {timeout_s:.0f} s")
+            time.sleep(1.0)
+        yield base
+    finally:
+        serve.delete(name)

@@ -12,7 +12,7 @@ from ray_kvmoq.serving.app import AppArgs
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("name", ["local.yaml", "gpu.yaml"])
+@pytest.mark.parametrize("name", ["local.yaml", "pd.yaml", "gpu.yaml"])
 def test_serve_config_validates(name: str) -> None:
     from ray.serve.schema import ServeDeploySchema
 
@@ -22,6 +22,11 @@ def test_serve_config_validates(name: str) -> None:
     assert app.import_path == "ray_kvmoq.serving.app:build"
     args = AppArgs.model_validate(app.args)
     assert args.mode == ("combined" if name == "local.yaml" else "pd")
+
+
+def test_a_model_that_is_not_a_checkpoint_directory_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="not a Hugging Face checkpoint directory"):
+        AppArgs(model=str(tmp_path)).model_dir()
 
 
 def test_app_args_reject_unknown_fields() -> None:

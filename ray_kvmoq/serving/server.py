@@ -1,0 +1,104 @@
+"""Ray Serve LLM servers with the MoQT connector: thin subclasses of its ``LLMServer`` classes.
+
+Ray Serve LLM runs the engine (vLLM, with :class:`~ray_kvmoq.connector.MoqtKVConnector` in its
+``kv_transfer_config``) and the OpenAI pipeline; these classes add only what the KV layer needs
+around it (:class:`KVServerMixin`):
+
+* after the engine starts, a *prefill probe*: one 512-token prompt computed (no reuse) and
+  timed, so the figures board knows this node's prefill speed before the first request (the
+  connector keeps refreshing it from real traffic);
+* ``record_routing_stats()`` for :class:`~.router.KVRouter`: the replica's Ray node;
+* ``kv_counters()`` / ``kv_flush()``: the connector worker's counters, and draining its
+  publisher (tests, ``kvmoq inspect``), through vLLM's ``collective_rpc``.
+
+``KVLLMServer`` serves combined apps, ``KVPrefillServer`` / ``KVDecodeServer`` the PD roles
+(Ray Serve LLM's PD orchestration, with our connector backend's concurrent hand-off).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+import uuid
+from typing import Any
+
+from ray.llm._internal.serve.core.server.llm_server import LLMServer
+from ray.llm._internal.serve.serving_patterns.prefill_decode.pd_server import (
+    PDDecodeServer,
+    PDPrefillServer,
+)
+
+__all__ = ["KVDecodeServer", "KVLLMServer", "KVPrefillServer", "KVServerMixin"]
+
+log = logging.getLogger(__name__)
+
+_PROBE_TOKENS = 512
+
+
+class KVServerMixin:
+    """What every engine replica of the app adds to Ray Serve LLM's server."""
+
+    engine: Any
+    _llm_config: Any
+
+    async def __init__(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[misc]  # Serve's async constructors
+        await super().__init__(*args, **kwargs)  # type: ignore[misc]
+        import ray
+
+        self._kv_node_id = str(ray.get_runtime_context().get_node_id())
+        try:
+            await self._probe_prefill()
+        except Exception as exc:  # the figures fill in from real traffic instead
+            log.warning("prefill probe failed: %s", exc)
+
+    async def _probe_prefill(self) -> None:
+        """Time a 512-token prefill (no reuse, nothing published) and report s/token."""
+        from vllm import SamplingParams
+
+        from ray_kvmoq.connector.figures import figures_board
+
+        client = self.engine._engine_client
+        rng = random.Random(0)
+        vocab = int(client.model_config.get_vocab_size())
+        params = SamplingParams(
+            max_tokens=1,
+            extra_args={"kv_transfer_params": {"kvmoq": {"load": False, "publish": False}}},
+        )
+        took = []
+        for _ in range(2):  # the first run also pays one-time warm-up
+            ids = [rng.randrange(100, max(101, vocab - 100)) for _ in range(_PROBE_TOKENS)]
+            t0 = time.perf_counter()
+            async for _ in client.generate(
+                {"prompt_token_ids": ids}, params, request_id=f"kvmoq-probe-{uuid.uuid4().hex}"
+            ):
+                pass
+            took.append(time.perf_counter() - t0)
+        s_per_token = min(took) / _PROBE_TOKENS
+        figures_board().report.remote("prefill_s_per_token", self._kv_node_id, s_per_token, 1)
+        log.info("prefill probe: %.2f ms per token on node %s", s_per_token * 1e3, self._kv_node_id)
+
+    async def record_routing_stats(self) -> dict[str, Any]:
+        """Polled by the router: this replica's node."""
+        return {"node_id": getattr(self, "_kv_node_id", "")}
+
+    async def kv_counters(self) -> dict[str, int]:
+        """The connector worker's counters since the engine started."""
+        res = await self.engine.collective_rpc(method="kvmoq_counters", timeout=30.0)
+        return dict(res[0]) if res else {}
+
+    async def kv_flush(self) -> None:
+        """Wait until every group this engine published is on its relay and in the directory."""
+        await self.engine.collective_rpc(method="kvmoq_flush", timeout=60.0, args=(60.0,))
+
+
+class KVLLMServer(KVServerMixin, LLMServer):
+    """Combined prefill + decode replica."""
+
+
+class KVPrefillServer(KVServerMixin, PDPrefillServer):
+    """PD prefill replica: publishes each prompt's track as it computes it."""
+
+
+class KVDecodeServer(KVServerMixin, PDDecodeServer):
+    """PD decode replica: orchestrates prefill, follows the prompt's track."""
