@@ -122,6 +122,15 @@ async def _run(
     "(a dedicated LAN; keep it only if `kvmoq bench relay --no-pacing` is faster there).",
 )
 @click.option(
+    "--quic",
+    "quic_backend",
+    type=click.Choice(["auto", "aioquic", "qh3"]),
+    default="aioquic",
+    show_default=True,
+    help="QUIC library (auto: qh3 when installed). aioquic is the interop-tested default; "
+    "qh3 is faster between ray_kvmoq relays.",
+)
+@click.option(
     "--ready-file",
     type=click.Path(dir_okay=False),
     help="Write the bound port here once listening (scripts, tests).",
@@ -134,6 +143,7 @@ def relay(
     auth_keys: tuple[str, ...],
     datagram: int,
     pacing: bool,
+    quic_backend: str,
     ready_file: str | None,
 ) -> None:
     """Run a caching MoQT relay outside Ray.
@@ -153,7 +163,11 @@ def relay(
         paths = write_pem_files(self_signed(), tempfile.mkdtemp(prefix="kvmoq-relay-"))
         cert, key = str(paths.certfile), str(paths.keyfile)
     try:
-        transport: dict[str, object] = {"max_datagram_size": datagram, "pacing": pacing}
+        transport: dict[str, object] = {
+            "max_datagram_size": datagram,
+            "pacing": pacing,
+            "backend": quic_backend,
+        }
         asyncio.run(_run(host, port, budget_mb << 20, cert, key, verifier, ready_file, transport))
     except OSError as exc:
         click.echo(f"kvmoq relay: cannot listen on {listen}: {exc}; pick another port", err=True)

@@ -36,8 +36,9 @@ changes that make aioquic move hundreds of MB/s (see ``docs`` and ``kvmoq bench 
 Backends: ``TransportConfig.backend`` picks the QUIC library: ``"aioquic"`` (this module) or
 ``"qh3"`` (:mod:`.aio_qh3`: aioquic's API with crypto, buffers and UDP batching in Rust; the
 levers above that apply are carried over there). Both yield a :class:`QuicEndpoint`; the
-session above sees aioquic event classes either way. ``"auto"`` (the default) uses qh3 when it
-is installed, else aioquic.
+session above sees aioquic event classes either way. ``"auto"`` uses qh3 when it is installed,
+else aioquic; the default is aioquic (interop-tested), the relays use ``"auto"`` between
+themselves.
 
 Invariants: all patches are per connection (``FastQuicProtocol.__init__``), each can be switched
 off in ``TransportConfig`` (the bench measures each), and nothing here knows about MoQT beyond the
@@ -148,9 +149,11 @@ class TransportConfig:
 
     alpn: str = MOQT_ALPN
     """ALPN offered/accepted."""
-    backend: str = "auto"
+    backend: str = "aioquic"
     """QUIC library: "aioquic", "qh3", or "auto" (qh3 when installed). Both ends of a
-    connection may use different ones."""
+    connection may use different ones. The relays pick "auto" between themselves; endpoints
+    that serve other stacks stay on aioquic (a qh3 server lost groups to moq-rs subscribers
+    and answered aiomoqt late in the interop runs)."""
     max_datagram_size: int = 1452
     """UDP payload size used after the handshake (bounded by the peer's limit). 1452 suits any
     Ethernet path; 9000 a jumbo-frame link; up to 65527 on loopback."""

@@ -82,8 +82,14 @@ for _name in (
     _EVENT_MAP[_src] = (_dst, tuple(f.name for f in fields(_dst)))
 
 
+_QH3_DATA = events.StreamDataReceived
+_AQ_DATA = aq_events.StreamDataReceived
+
+
 def as_aioquic_event(event: events.QuicEvent) -> aq_events.QuicEvent | None:
     """The aioquic event with the same meaning and fields (None for qh3-only events)."""
+    if isinstance(event, _QH3_DATA):  # the hot path: one per STREAM frame
+        return _AQ_DATA(data=event.data, end_stream=event.end_stream, stream_id=event.stream_id)
     known = _EVENT_MAP.get(type(event))
     if known is None:
         return None

@@ -526,6 +526,8 @@ class Subscription:
         self.largest = accepted.largest
         self.group_order = accepted.group_order
         self.done: ev.PublishDoneReceived | None = None
+        self.group_ends = False
+        """Whether end-of-group streams also yield an END_OF_GROUP object (``subscribe``)."""
         self._queue = _ObjectQueue()
         self._streams_ended = 0
 

@@ -40,7 +40,7 @@ from .api_types import (
 )
 from .messages import AuthToken, Location
 from .session import MoqtSession, SessionConfig
-from .types import FilterType, GroupOrder, SessionError, SubscribeErrorCode
+from .types import FilterType, GroupOrder, ObjectStatus, SessionError, SubscribeErrorCode
 
 __all__ = ["MoqtConnection"]
 
@@ -91,6 +91,7 @@ class MoqtConnection:
         self._fetch_queues: dict[int, _ObjectQueue] = {}
         self._publications: dict[int, Publication] = {}
         self._fetch_writers: dict[int, FetchWriter] = {}
+        self._group_end_requests: set[int] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._ready: asyncio.Future[ev.SetupCompleted] = self._loop.create_future()
         self._error: SessionClosed | None = None
@@ -177,11 +178,16 @@ class MoqtConnection:
         priority: int = 128,
         group_order: GroupOrder = GroupOrder.PUBLISHER_DEFAULT,
         auth_tokens: tuple[AuthToken, ...] = (),
+        group_ends: bool = False,
     ) -> Subscription:
         """SUBSCRIBE (any of the four filters); returns the accepted :class:`Subscription`.
 
         ``start`` for AbsoluteStart/AbsoluteRange; ``end_group`` (inclusive) for AbsoluteRange.
-        Raises :class:`RequestError` with the SUBSCRIBE_ERROR code if refused.
+        ``group_ends``: also yield an END_OF_GROUP status object (object id 0, the stream's
+        group and subgroup) when a subgroup stream whose header carries the end-of-group bit
+        ends with FIN, so a consumer learns that the subgroup is complete even from publishers
+        that send no End of Group object (moq-dev). Raises :class:`RequestError` with the
+        SUBSCRIBE_ERROR code if refused.
         """
         ns, nm = _ns(namespace), _name(name)
         rid = self._cmd(
@@ -196,7 +202,12 @@ class MoqtConnection:
                 auth_tokens=auth_tokens,
             )
         )
-        result: Subscription = await self._await(rid)
+        if group_ends:
+            self._group_end_requests.add(rid)
+        try:
+            result: Subscription = await self._await(rid)
+        finally:
+            self._group_end_requests.discard(rid)
         return result
 
     async def fetch(
@@ -400,6 +411,7 @@ class MoqtConnection:
 
     def _on_subscribe_accepted(self, event: ev.SubscribeAccepted) -> None:
         sub = Subscription(self, event.request_id, event)
+        sub.group_ends = event.request_id in self._group_end_requests
         self._subscriptions[event.request_id] = sub
         self._resolve(event.request_id, sub)
 
@@ -451,6 +463,15 @@ class MoqtConnection:
     def _on_subgroup_ended(self, event: ev.SubgroupStreamEnded) -> None:
         sub = self._subscriptions.get(event.request_id)
         if sub is not None:
+            if sub.group_ends and event.end_of_group:
+                sub._queue.put(
+                    MoqtObject(
+                        group=event.group,
+                        object_id=0,
+                        subgroup=event.subgroup,
+                        status=ObjectStatus.END_OF_GROUP,
+                    )
+                )
             sub._stream_ended()
 
     def _on_stream_reset(self, event: ev.DataStreamReset) -> None:

@@ -353,6 +353,8 @@ class RelayActor:
             self._dclient = RayDirectoryClient(self._directory_handle, me)
         opts = dict(self._network_opts)
         listen = opts.pop("listen", True)
+        # between our own relays the faster QUIC library (qh3 when installed) unless told
+        opts["transport_options"] = {"backend": "auto", **opts.get("transport_options", {})}
         if "security" not in opts:
             from .security import ClusterSecurity
 

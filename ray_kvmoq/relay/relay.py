@@ -41,7 +41,6 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 
 from ray_kvmoq.moqt.objects import Group, MoqtObject
 
@@ -68,6 +67,8 @@ from .events import (
     as_namespace,
     as_track,
 )
+from .pulls import PullMixin
+from .subscription import TrackSubscription, _Live
 
 __all__ = [  # the core, plus the event types re-exported for callers' convenience
     "DirectoryClient",
@@ -87,31 +88,11 @@ __all__ = [  # the core, plus the event types re-exported for callers' convenien
 Namespace = tuple[bytes, ...]
 
 
-@dataclass
-class _Live:
-    queues: set[asyncio.Queue[TrackEvent | RelayError]] = field(default_factory=set)
-    upstream: asyncio.Task[None] | None = None
-    ready: asyncio.Future[None] | None = None
-    local: bool = False
-    ended: bool = False
-
-
 def _prefix_of(prefix: Namespace, namespace: Namespace) -> bool:
     return len(prefix) <= len(namespace) and namespace[: len(prefix)] == prefix
 
 
-def _chunks(group_ids: Sequence[int], size: int) -> list[list[int]]:
-    """Split ascending ids into runs of consecutive ids, each at most ``size`` long."""
-    out: list[list[int]] = []
-    for gid in group_ids:
-        if out and gid == out[-1][-1] + 1 and len(out[-1]) < size:
-            out[-1].append(gid)
-        else:
-            out.append([gid])
-    return out
-
-
-class Relay:
+class Relay(PullMixin):
     """A node's relay. All methods run on one asyncio loop."""
 
     def __init__(
@@ -275,36 +256,6 @@ class Relay:
                 self.delivered_bytes += sum(o.size for o in objs)
                 return objs
         raise RelayError(TRACK_DOES_NOT_EXIST, f"group {group_id} was evicted before use")
-
-    async def ensure_groups(
-        self, namespace: Namespace, track: bytes, group_ids: Sequence[int]
-    ) -> None:
-        """Return once every group in ``group_ids`` is sealed in the cache: cached ones at once,
-        ones a live track is still delivering when they complete, the rest pulled upstream in
-        one pipelined batch. Raises :class:`RelayError` if any of them cannot be had."""
-        loop = asyncio.get_running_loop()
-        waits: list[tuple[int, asyncio.Future[None]]] = []
-        lead: list[int] = []
-        live = self._live.get((namespace, track))
-        for gid in sorted(set(group_ids)):
-            if self.cache.is_sealed(namespace, track, gid):
-                continue
-            gkey: GroupKey = (namespace, track, gid)
-            fut: asyncio.Future[None] = loop.create_future()
-            if self._coming(namespace, track, gid, live):
-                self._group_waiters.setdefault(gkey, []).append(fut)
-            elif self._pulls.join(gkey, fut):
-                lead.append(gid)
-                self._pull_leaders[gkey] = fut
-            waits.append((gid, fut))
-        if lead:
-            task = loop.create_task(self._pull_groups(namespace, track, lead))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-        for gid, fut in waits:
-            await fut
-            if not self.cache.is_sealed(namespace, track, gid):
-                raise RelayError(TRACK_DOES_NOT_EXIST, f"group {gid} is not available")
 
     async def fetch(
         self, namespace: Namespace, track: bytes, start: tuple[int, int], end: tuple[int, int]
@@ -606,79 +557,6 @@ class Relay:
         if self._live.get(key) is live:
             del self._live[key]
 
-    async def _pull_groups(self, ns: Namespace, track: bytes, gids: list[int]) -> None:
-        """Pull ``gids`` (whose waiters this call leads) with pipelined range FETCHes."""
-        keys = {gid: (ns, track, gid) for gid in gids}
-        issued: set[int] = set()
-        try:
-            up = await self._resolve(ns, track)
-            window = self.fetch_window * max(1, int(getattr(up, "parallelism", 1)))
-            sem = asyncio.Semaphore(window)
-
-            async def one(chunk: list[int]) -> None:
-                async with sem:
-                    issued.update(chunk)
-                    self._note_in_flight(len(chunk))
-                    await self._fetch_chunk(up, ns, track, chunk, keys)
-
-            await asyncio.gather(*(one(c) for c in _chunks(gids, self.fetch_chunk)))
-            error: BaseException = RelayError(TRACK_DOES_NOT_EXIST, "not on the upstream")
-        except BaseException as exc:
-            error = exc
-            if not isinstance(exc, (RelayError, asyncio.CancelledError)):
-                error = RelayError(INTERNAL_ERROR, f"upstream pull failed: {exc!r}")
-        for gid in list(keys):  # whatever did not arrive: wake its waiters (they re-check)
-            self._finish_pull(keys.pop(gid), error, in_flight=gid in issued)
-        if isinstance(error, asyncio.CancelledError):
-            raise error
-
-    async def _fetch_chunk(
-        self,
-        up: Upstream,
-        ns: Namespace,
-        track: bytes,
-        chunk: list[int],
-        keys: dict[int, GroupKey],
-    ) -> None:
-        self.upstream_fetches += 1
-        try:
-            groups = await up.fetch_groups(ns, track, chunk[0], chunk[-1])
-            async for group in groups:
-                gid = group.group_id
-                self.upstream_bytes += group.nbytes  # every byte that crossed, duplicates too
-                if gid in keys and not self.cache.is_sealed(ns, track, gid):
-                    self._ingest_group(ns, track, gid, group)
-                key = keys.pop(gid, None)
-                if key is not None:
-                    self._finish_pull(key, None, in_flight=True)
-        except RelayError as exc:
-            for gid in chunk:  # this chunk failed; the others may still succeed
-                key = keys.pop(gid, None)
-                if key is not None:
-                    self._finish_pull(key, exc, in_flight=True)
-
-    def _note_in_flight(self, n: int) -> None:
-        self.groups_in_flight += n
-        self.max_groups_in_flight = max(self.max_groups_in_flight, self.groups_in_flight)
-
-    def _finish_pull(self, key: GroupKey, error: BaseException | None, *, in_flight: bool) -> None:
-        if in_flight:
-            self.groups_in_flight -= 1
-        waiters = self._pulls.finish(key)
-        leader = self._pull_leaders.pop(key, None)
-        if leader is not None:
-            waiters.append(leader)
-        sealed = self.cache.is_sealed(*key)
-        for w in waiters:
-            if w.done():
-                continue
-            if sealed or error is None:
-                w.set_result(None)
-            elif isinstance(error, asyncio.CancelledError):
-                w.cancel()
-            else:
-                w.set_exception(error)
-
     # ---- directory reports -----------------------------------------------------------------
 
     def _queue_report(self, op: str, key: GroupKey) -> None:
@@ -708,61 +586,3 @@ class Relay:
                     await self.directory.add_groups(self.node_id, ns, track, gids, hashes)
                 else:
                     await self.directory.remove_groups(self.node_id, ns, track, gids)
-
-
-class TrackSubscription:
-    """One downstream subscription (from :meth:`Relay.open_subscription`): an async iterator
-    of :class:`TrackEvent`; raises :class:`RelayError` if the upstream fails."""
-
-    def __init__(
-        self,
-        relay: Relay,
-        key: tuple[Namespace, bytes],
-        live: _Live | None,
-        queue: asyncio.Queue[TrackEvent | RelayError],
-        snapshot: list[TrackEvent],
-        start_group: int,
-        largest: tuple[int, int] | None,
-    ) -> None:
-        self._relay = relay
-        self._key = key
-        self._live = live
-        self._queue = queue
-        self._pending = list(reversed(snapshot))
-        self._start_group = start_group
-        self._done = False
-        self.largest = largest
-        """Largest location cached when the subscription opened (for SUBSCRIBE_OK)."""
-
-    def __aiter__(self) -> TrackSubscription:
-        return self
-
-    async def __anext__(self) -> TrackEvent:
-        if self._pending:
-            ev = self._pending.pop()
-        elif self._done or self._live is None:
-            raise StopAsyncIteration
-        else:
-            while True:
-                item = await self._queue.get()
-                if isinstance(item, RelayError):
-                    self.close()
-                    raise item
-                gid = item.group_id if not isinstance(item, TrackEnded) else self._start_group
-                if gid >= self._start_group:
-                    ev = item
-                    break
-        self._relay._count(ev)
-        if isinstance(ev, TrackEnded):
-            self.close()
-            self._pending.clear()
-            self._done = True
-        return ev
-
-    def close(self) -> None:
-        """Leave the track (the upstream stops when its last subscriber leaves)."""
-        self._done = True
-        if self._live is not None:
-            self._live.queues.discard(self._queue)
-            self._relay._maybe_stop_upstream(self._key, self._live)
-            self._live = None

@@ -59,6 +59,7 @@ class SessionUpstream:
                 filter_type=FilterType.ABSOLUTE_START,
                 start=Location(0, 0),
                 auth_tokens=self._auth(),
+                group_ends=True,
             )
         except api.MoqtApiError as exc:
             raise RelayError(exc.error_code, f"upstream refused SUBSCRIBE: {exc.reason}") from None
@@ -67,14 +68,23 @@ class SessionUpstream:
         return self._events(sub)
 
     async def _events(self, sub: api.Subscription) -> AsyncIterator[TrackEvent]:
+        # A group is complete once every subgroup seen for it has ended: End of Group status
+        # objects (our relays) and the end-of-group streams the session reports (any publisher)
+        # both end their subgroup.
+        open_subgroups: dict[int, set[int]] = {}
         try:
             async for obj in sub:
                 if obj.status == ObjectStatus.END_OF_GROUP:
-                    yield GroupEnded(group_id=obj.group)
+                    left = open_subgroups.get(obj.group, set())
+                    left.discard(obj.subgroup)
+                    if not left:
+                        open_subgroups.pop(obj.group, None)
+                        yield GroupEnded(group_id=obj.group)
                 elif obj.status == ObjectStatus.END_OF_TRACK:
                     yield TrackEnded()
                     return
                 else:
+                    open_subgroups.setdefault(obj.group, set()).add(obj.subgroup)
                     yield ObjectReceived(group_id=obj.group, obj=obj)
         except api.MoqtApiError as exc:
             raise RelayError(0x0, f"upstream session failed: {exc.reason or exc!r}") from None
