@@ -345,3 +345,25 @@ async def test_joining_fetch_returns_the_history_before_the_subscription() -> No
         got = [(g, o) for g, o, _ in await _collect(history)]
         await sub.unsubscribe()
     assert got == [(g, o) for g in (1, 2) for o in range(3)]
+
+
+async def test_group_ends_marks_each_end_of_group_stream_after_its_objects() -> None:
+    """A publisher that sends no End of Group object (moq-dev) still lets a ``group_ends``
+    subscriber learn when each group is complete: its stream ends with the end-of-group bit."""
+    track = MemoryTrack()
+    async with pair(lambda: TrackServer({TRACK: track})) as client:
+        sub = await client.subscribe("a/b", "t", group_ends=True)
+        await track.wait_subscribers(1, timeout=5)
+        await _publish(track, range(3))
+        await track.finish()
+        objs = await asyncio.wait_for(_collect_all(sub), 10)
+    for g in range(3):
+        of_group = [o for o in objs if o.group == g]
+        assert [o.status for o in of_group] == [ObjectStatus.NORMAL] * 3 + [
+            ObjectStatus.END_OF_GROUP
+        ]
+        assert of_group[-1].payload == b""
+
+
+async def _collect_all(it: AsyncIterator[MoqtObject]) -> list[MoqtObject]:
+    return [o async for o in it]

@@ -201,3 +201,20 @@ async def test_plain_relay_transport_options_set_its_datagram_size(
             got = [o.payload async for o in stream]
     assert got == [b"d" * 300_000]
     assert max(sizes) == largest
+
+
+async def test_groups_from_a_publisher_without_end_markers_seal_as_their_streams_end() -> None:
+    async with serve_plain_relay("127.0.0.1", 0) as (relay, port):
+        track = MemoryTrack()
+        server = TrackServer({api.FullTrackName(NS, TR): track})
+        async with client(port, handler=server) as pub_conn, client(port) as sub_conn:
+            await pub_conn.publish_namespace(NS[:2])
+            sub = await sub_conn.subscribe(NS, TR)
+            await track.wait_subscribers(1, timeout=5)
+            for g in range(2):
+                await track.publish_group(g, [payload(g, o) for o in range(3)])
+            deadline = time.monotonic() + 10
+            while relay.lookup(NS, TR)["sealed"] != [0, 1]:  # the track has not ended
+                assert time.monotonic() < deadline, relay.lookup(NS, TR)
+                await asyncio.sleep(0.02)
+            await sub.unsubscribe()
