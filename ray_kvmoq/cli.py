@@ -29,7 +29,6 @@ _COMMANDS: dict[str, tuple[str, str]] = {
 }
 _BENCHES: dict[str, tuple[str, str]] = {
     "transport": ("ray_kvmoq.bench.transport:transport", "MoQT/QUIC vs plain TCP throughput."),
-    "engine": ("ray_kvmoq.bench.engine:engine", "Model load, prefill, decode speed; break-even."),
     "codecs": ("ray_kvmoq.bench.codecs:codecs", "KV codec speed, size and quality."),
     "relay": ("ray_kvmoq.bench.relay:relay", "Relay fan-out, cross-node pull vs ray.get."),
     "connector": (

