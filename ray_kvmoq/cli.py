@@ -26,6 +26,10 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "chat": ("ray_kvmoq.commands.engine:chat", "Answer one prompt with the local model."),
     "serve": ("ray_kvmoq.commands.serve:serve", "Start the serving app (Ray Serve, OpenAI API)."),
     "inspect": ("ray_kvmoq.commands.serve:inspect", "Show which KV tracks are cached where."),
+    "cluster-secret": (
+        "ray_kvmoq.commands.secret:cluster_secret",
+        "Create, rotate or fingerprint the relays' cluster secret.",
+    ),
 }
 _BENCHES: dict[str, tuple[str, str]] = {
     "transport": ("ray_kvmoq.bench.transport:transport", "MoQT/QUIC vs plain TCP throughput."),

@@ -59,12 +59,35 @@ __all__ = [
     "RelayActor",
     "get_directory",
     "local_relay",
+    "read_cluster_secret",
     "relay_name",
     "start_relays",
+    "write_cluster_secret",
 ]
 
 DIRECTORY_NAME = "kvmoq_directory"
 """Name of the directory actor (in the current Ray namespace)."""
+
+_SECRET_KEY = b"kvmoq_cluster_secret"
+_SECRET_NS = b"kvmoq"
+
+
+def read_cluster_secret() -> bytes | None:
+    """The relays' cluster secret from the cluster's GCS key-value store (None if absent)."""
+    from ray.experimental import internal_kv
+
+    value = internal_kv._internal_kv_get(_SECRET_KEY, namespace=_SECRET_NS)
+    return bytes(value) if value else None
+
+
+def write_cluster_secret(secret: bytes) -> None:
+    """Store the relays' cluster secret in the GCS (``kvmoq cluster-secret``; Ray's token auth
+    guards who can read it)."""
+    from ray.experimental import internal_kv
+
+    if len(secret) < 16:
+        raise ValueError("the cluster secret must have at least 16 bytes")
+    internal_kv._internal_kv_put(_SECRET_KEY, secret, overwrite=True, namespace=_SECRET_NS)
 
 
 def relay_name(node_id: str, prefix: str = "kvmoq_relay_") -> str:
@@ -358,7 +381,12 @@ class RelayActor:
         if "security" not in opts:
             from .security import ClusterSecurity
 
-            opts["security"] = ClusterSecurity.from_env()  # None when unset
+            # $KVMOQ_CLUSTER_SECRET, else the secret `kvmoq cluster-secret ensure` put in the
+            # cluster's GCS, else None (self-signed certificates, no tokens)
+            secret = read_cluster_secret()
+            opts["security"] = ClusterSecurity.from_env() or (
+                ClusterSecurity.from_secret(secret) if secret else None
+            )
         if listen:
             from .downstream import RelayNetwork  # MoQT side; late so the core stays Ray-testable
 
