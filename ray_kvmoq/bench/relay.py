@@ -381,9 +381,10 @@ def relay(
     as_json: bool,
 ) -> None:
     """Cross-node MoQT pulls vs ray.get per datagram size, K and QUIC library; fan-out."""
+    # libraries alternate row by row, so load that comes and goes hits both alike
     rows = [
         Row(datagram=d, planes=k, backend=be, pacing=pacing)
-        for be, d, k in itertools.product(backends.split(","), _ints(datagrams), _ints(planes))
+        for d, k, be in itertools.product(_ints(datagrams), _ints(planes), backends.split(","))
     ]
     res = run_bench(
         rows=rows, mb=mb, group_mb=group_mb, repeat=repeat, subscribers=subscribers, address=address
