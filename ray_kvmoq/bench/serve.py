@@ -1,463 +1,427 @@
-"""``kvmoq bench serve``: TTFT under a shared-prefix workload against a running app.
+"""``kvmoq bench serve``: our stack against stock Ray Serve LLM, driven by vLLM's own benchmark client.
 
-Workload (SGLang's "generated shared prefix" / LMCache's long-document QA shape): ``--docs``
-documents of ``--doc-tokens`` tokens (about; synthetic text), ``--questions`` questions about
-each, sent in random order with Poisson arrivals at ``--rate`` requests/s, streaming, greedy.
-The same schedule runs three times, each under its own fresh ``cache_salt`` so no run sees another
-run's KV:
+In one run, on one machine and one model (the built-in SmolLM2 on vLLM's CPU backend), on a
+private two-node Ray cluster, each row deploys an app, waits for it, drives it with
+``vllm bench serve`` (``vllm.benchmarks.serve``, run as a subprocess; datasets
+``prefix_repetition`` or ``random``, OpenAI completions endpoint), and tears it down:
 
-- ``no_reuse``: every prompt recomputed (``kv_reuse: false``), power-of-two placement;
-- ``router``: KV reuse on, placed by the KV cost-model router;
-- ``round_robin``: KV reuse on, placed round-robin (reuse only where the KV happens to be).
+* **a** — Ray Serve LLM as shipped: ``build_openai_app``, vLLM with its prefix cache, the
+  ``PrefixCacheAffinityRouter``, no connector;
+* **b** — ours: the same engines with the MoQT KV connector, the KV router, our ingress;
+* **c** — ours with KV reuse off (no prefix cache, connector neither loads nor publishes);
 
-Per run: mean/p50/p99 TTFT (request sent → first streamed text), throughput (requests/s and
-output tokens/s over the run's makespan), and the reused-token ratio (``cached_tokens`` /
-``prompt_tokens`` from each answer's ``usage``). ``--json`` prints one object; ``--plot`` writes a
-PNG; ``--save-costs`` records the measured prefill cost per token and service time in the cost
-figures file the router reads (``serving.costmodel``).
+each at 1 and 2 replicas (one per node). Per row: TTFT mean/p50/p99, TPOT mean, requests/s and
+failed requests from the client's result file, and reused prompt tokens from vLLM's own counters
+(``vllm:prefix_cache_hits`` + ``vllm:external_prefix_cache_hits``, scraped from every node's Ray
+metrics endpoint). Ratios are to row **a** with the same replica count. A PNG plot goes to
+``--out``. ``--json`` prints one object keyed by row (``prefix:a-1``, ``random:b-2``...: dataset, row,
+replicas).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import random
-import statistics
+import os
+import socket
+import subprocess
 import sys
+import tempfile
 import time
-import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
 
-MODES = ("no_reuse", "router", "round_robin")
-_WORDS = [
-    "river",
-    "valley",
-    "delta",
-    "silt",
-    "plain",
-    "mountain",
-    "glacier",
-    "forest",
-    "meadow",
-    "harbor",
-    "island",
-    "coast",
-    "city",
-    "market",
-    "bridge",
-    "tower",
-    "castle",
-    "village",
-    "farmer",
-    "merchant",
-    "sailor",
-    "scholar",
-    "library",
-    "archive",
-    "map",
-    "storm",
-    "summer",
-    "winter",
-    "harvest",
-    "festival",
-    "ancient",
-    "modern",
-    "quiet",
-    "bright",
-    "narrow",
-    "wide",
-    "golden",
-    "stone",
-    "trade",
-    "route",
-    "canal",
-    "mill",
-    "bakery",
-    "printer",
-    "engine",
-    "signal",
-    "letter",
-    "journey",
-    "season",
-    "border",
-    "treaty",
-]
+ROWS = ("a", "b", "c")
+ROW_NAMES = {
+    "a": "Ray Serve LLM (PrefixCacheAffinityRouter)",
+    "b": "ours (MoQT connector + KV router)",
+    "c": "ours, reuse off",
+}
+_APP = "bench"
+_SHORT = {"prefix_repetition": "prefix", "random": "random"}
+_METRICS = ("prefix_cache_hits", "external_prefix_cache_hits", "prompt_tokens")
 
 
-@dataclass
-class Sample:
-    """One request's measurements."""
-
-    mode: str
-    doc: int
-    ttft_s: float
-    latency_s: float
-    prompt_tokens: int
-    cached_tokens: int
-    completion_tokens: int
-    ok: bool
-    error: str = ""
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
 
 
-def make_documents(n: int, lo: int, hi: int, seed: int) -> list[str]:
-    """``n`` synthetic documents of about ``lo``–``hi`` tokens (≈ 1.3 tokens per word here)."""
-    rng = random.Random(seed)
-    docs = []
-    for i in range(n):
-        words = int(rng.randint(lo, hi) / 1.3)
-        body = " ".join(rng.choice(_WORDS) for _ in range(words))
-        docs.append(f"Document {i}. {body}.")
-    return docs
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
-def schedule(n_docs: int, n_q: int, rate: float, seed: int) -> list[tuple[float, int, int]]:
-    """(arrival time, doc, question) with Poisson arrivals, docs interleaved at random."""
-    rng = random.Random(seed + 1)
-    pairs = [(d, q) for d in range(n_docs) for q in range(n_q)]
-    rng.shuffle(pairs)
-    t, out = 0.0, []
-    for d, q in pairs:
-        out.append((t, d, q))
-        t += rng.expovariate(rate) if rate > 0 else 0.0
-    return out
+def _stock_app(model_dir: str, name: str, replicas: int, max_len: int) -> Any:
+    from ray.serve.llm import LLMConfig, build_openai_app
+
+    cfg = LLMConfig(
+        model_loading_config={"model_id": name, "model_source": model_dir},
+        engine_kwargs={
+            "dtype": "bfloat16",
+            "max_model_len": max_len,
+            "enforce_eager": True,
+            "enable_prefix_caching": True,
+            "kv_cache_memory_bytes": 1 << 30,
+        },
+        placement_group_config={"bundles": [{"CPU": 1, "engine_slot": 1}]},
+        deployment_config={
+            "num_replicas": replicas,
+            "ray_actor_options": {"num_cpus": 0},
+            "request_router_config": {
+                "request_router_class": "ray.serve.llm.request_router:PrefixCacheAffinityRouter"
+            },
+        },
+        runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1"}},
+    )
+    return build_openai_app({"llm_configs": [cfg]})
 
 
-async def _one(client: Any, url: str, body: dict[str, Any], mode: str, doc: int) -> Sample:
-    t0 = time.perf_counter()
-    ttft = None
-    usage: dict[str, Any] = {}
-    try:
-        async with client.stream("POST", url, json=body) as r:
-            if r.status_code != 200:
-                text = (await r.aread()).decode(errors="replace")
-                return Sample(
-                    mode, doc, 0, 0, 0, 0, 0, False, f"HTTP {r.status_code}: {text[:200]}"
-                )
-            async for line in r.aiter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                ev = json.loads(line[6:])
-                if "error" in ev:
-                    return Sample(mode, doc, 0, 0, 0, 0, 0, False, str(ev["error"])[:200])
-                if ttft is None and any(c.get("text") for c in ev.get("choices", [])):
-                    ttft = time.perf_counter() - t0
-                if ev.get("usage"):
-                    usage = ev["usage"]
-    except Exception as exc:
-        return Sample(mode, doc, 0, 0, 0, 0, 0, False, f"{type(exc).__name__}: {exc}")
-    latency = time.perf_counter() - t0
-    return Sample(
-        mode,
-        doc,
-        ttft if ttft is not None else latency,
-        latency,
-        int(usage.get("prompt_tokens", 0)),
-        int((usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)),
-        int(usage.get("completion_tokens", 0)),
-        True,
+def _our_app(replicas: int, reuse: bool, max_len: int, datagram: int) -> Any:
+    from ray_kvmoq.serving.app import AppArgs, ReplicaArgs, build
+
+    return build(
+        AppArgs(
+            mode="combined",
+            max_model_len=max_len,
+            kv_reuse=reuse,
+            relay_datagram_size=datagram,
+            server=ReplicaArgs(num_replicas=replicas, num_cpus=1, resources={"engine_slot": 1}),
+        )
     )
 
 
-async def run_mode(
-    base: str, model: str, mode: str, docs: list[str], plan: list[tuple[float, int, int]],
-    max_tokens: int, api_key: str | None,
-) -> tuple[list[Sample], float]:  # fmt: skip
-    """Run the schedule once in ``mode``; returns the samples and the makespan."""
+def _wait_ready(base: str, timeout_s: float) -> None:
     import httpx
 
-    salt = f"bench-{mode}-{uuid.uuid4().hex[:8]}"
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
-    async with httpx.AsyncClient(timeout=600, headers=headers, limits=limits) as client:
-        start = time.perf_counter()
-        tasks = []
-        for at, d, q in plan:
-            delay = start + at - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            body = {
-                "model": model,
-                "prompt": f"{docs[d]}\n\nQuestion {q}: what does the document say about "
-                f"{_WORDS[(d * 7 + q) % len(_WORDS)]}?\nAnswer:",
-                "max_tokens": max_tokens,
-                "temperature": 0,
-                "stream": True,
-                "stream_options": {"include_usage": True},
-                "cache_salt": salt,
-                "kv_reuse": mode != "no_reuse",
-                "routing": {"no_reuse": "pow2", "router": "kv", "round_robin": "round_robin"}[mode],
-            }
-            tasks.append(asyncio.create_task(_one(client, base + "/v1/completions", body, mode, d)))
-        samples = list(await asyncio.gather(*tasks))
-        return samples, time.perf_counter() - start
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{base}/v1/models", timeout=10).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(1.0)
+    raise TimeoutError(f"{base} not ready in {timeout_s:.0f} s")
 
 
-def _pct(xs: list[float], p: float) -> float:
-    if not xs:
-        return float("nan")
-    xs = sorted(xs)
-    k = (len(xs) - 1) * p
-    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+def _scrape() -> dict[str, float]:
+    """vLLM's prompt-token counters summed over every node's Ray metrics endpoint."""
+    import httpx
+    import ray
+
+    out = dict.fromkeys(_METRICS, 0.0)
+    for n in ray.nodes():
+        port = n.get("MetricsExportPort")
+        if not n["Alive"] or not port:
+            continue
+        try:
+            text = httpx.get(f"http://{n['NodeManagerAddress']}:{port}/metrics", timeout=10).text
+        except httpx.HTTPError:
+            continue
+        for line in text.splitlines():
+            if line.startswith("#"):
+                continue
+            for m in _METRICS:
+                if line.startswith(f"ray_vllm_{m}_total") or line.startswith(f"ray_vllm_{m}{{"):
+                    out[m] += float(line.rsplit(" ", 1)[1])
+    return out
 
 
-def summarize(samples: list[Sample], makespan: float) -> dict[str, Any]:
-    """Aggregate one run."""
-    ok = [s for s in samples if s.ok]
-    ttft = [s.ttft_s for s in ok]
-    prompt = sum(s.prompt_tokens for s in ok)
+def client_args(
+    *, base: str, model: str, tokenizer: str, dataset: str, num_prompts: int, rate: float,
+    result_dir: str, prefix_len: int, suffix_len: int, num_prefixes: int, output_len: int,
+) -> list[str]:  # fmt: skip
+    """``vllm bench serve`` arguments for one row."""
+    args = [
+        "--backend", "openai", "--base-url", base, "--endpoint", "/v1/completions",
+        "--model", model, "--tokenizer", tokenizer, "--dataset-name", dataset,
+        "--num-prompts", str(num_prompts), "--request-rate", str(rate), "--seed", "0",
+        "--temperature", "0", "--ignore-eos", "--save-result", "--result-dir", result_dir,
+        "--result-filename", "result.json", "--percentile-metrics", "ttft,tpot,itl",
+        "--metric-percentiles", "50,99",
+    ]  # fmt: skip
+    if dataset == "prefix_repetition":
+        args += [
+            "--prefix-repetition-prefix-len", str(prefix_len),
+            "--prefix-repetition-suffix-len", str(suffix_len),
+            "--prefix-repetition-num-prefixes", str(num_prefixes),
+            "--prefix-repetition-output-len", str(output_len),
+        ]  # fmt: skip
+    else:
+        args += ["--random-input-len", str(prefix_len + suffix_len),
+                 "--random-output-len", str(output_len)]  # fmt: skip
+    return args
+
+
+_CLIENT = (
+    "import sys\n"
+    "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
+    "from vllm.benchmarks.serve import add_cli_args, main\n"
+    "p = FlexibleArgumentParser(); add_cli_args(p); main(p.parse_args(sys.argv[1:]))\n"
+)
+
+
+def _drive(args: list[str], result_dir: str, timeout_s: float) -> dict[str, Any]:
+    proc = subprocess.run(
+        [sys.executable, "-c", _CLIENT, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
+    )
+    path = Path(result_dir) / "result.json"
+    if proc.returncode != 0 or not path.exists():
+        tail = (proc.stderr or proc.stdout)[-2000:]
+        raise RuntimeError(f"vllm bench serve failed (exit {proc.returncode}): {tail}")
+    return dict(json.loads(path.read_text()))
+
+
+def summarize(
+    raw: dict[str, Any], before: dict[str, float], after: dict[str, float]
+) -> dict[str, Any]:
+    """One row's figures from the client's result and the scraped counters."""
+    reused = (after["prefix_cache_hits"] - before["prefix_cache_hits"]) + (
+        after["external_prefix_cache_hits"] - before["external_prefix_cache_hits"]
+    )
+    prompt = after["prompt_tokens"] - before["prompt_tokens"]
     return {
-        "requests": len(samples),
-        "errors": len(samples) - len(ok),
-        "ttft_mean_s": statistics.fmean(ttft) if ttft else float("nan"),
-        "ttft_p50_s": _pct(ttft, 0.5),
-        "ttft_p99_s": _pct(ttft, 0.99),
-        "latency_mean_s": statistics.fmean([s.latency_s for s in ok]) if ok else float("nan"),
-        "throughput_rps": len(ok) / makespan if makespan > 0 else 0.0,
-        "output_tok_s": sum(s.completion_tokens for s in ok) / makespan if makespan > 0 else 0.0,
-        "prompt_tokens": prompt,
-        "cached_tokens": sum(s.cached_tokens for s in ok),
-        "reused_token_ratio": (sum(s.cached_tokens for s in ok) / prompt) if prompt else 0.0,
-        "makespan_s": makespan,
+        "ttft_mean_ms": raw.get("mean_ttft_ms"),
+        "ttft_p50_ms": raw.get("median_ttft_ms", raw.get("p50_ttft_ms")),
+        "ttft_p99_ms": raw.get("p99_ttft_ms"),
+        "tpot_mean_ms": raw.get("mean_tpot_ms"),
+        "request_throughput": raw.get("request_throughput"),
+        "completed": raw.get("completed"),
+        "failed": raw.get("failed"),
+        "reused_tokens": int(reused),
+        "prompt_tokens": int(prompt),
     }
 
 
-async def calibrate(
-    base: str, model: str, doc: str, api_key: str | None
-) -> tuple[float | None, float | None]:
-    """(prefill s/token, service s of a whole document) from idle, sequential, no-reuse
-    requests of two lengths."""
-    import httpx
-
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    best: dict[int, float] = {}
-    async with httpx.AsyncClient(timeout=600, headers=headers) as client:
-        for _ in range(2):
-            for text in (doc[: max(1, len(doc) // 8)], doc):
-                body = {
-                    "model": model, "prompt": text, "max_tokens": 1, "temperature": 0,
-                    "stream": True, "stream_options": {"include_usage": True},
-                    "kv_reuse": False, "routing": "pow2",
-                }  # fmt: skip
-                s = await _one(client, base + "/v1/completions", body, "calibrate", 0)
-                if s.ok and s.prompt_tokens:
-                    best[s.prompt_tokens] = min(best.get(s.prompt_tokens, s.ttft_s), s.ttft_s)
-    if len(best) < 2:
-        return None, None
-    (n1, t1), (n2, t2) = sorted(best.items())[0], sorted(best.items())[-1]
-    return ((t2 - t1) / (n2 - n1) if n2 > n1 and t2 > t1 else None), t2
+def ratios(rows: dict[str, dict[str, Any]]) -> dict[str, dict[str, float | None]]:
+    """Each row's figures divided by row ``a`` at the same replica count."""
+    out: dict[str, dict[str, float | None]] = {}
+    for key, r in rows.items():
+        dataset, row_n = key.split(":", 1)
+        ref = rows.get(f"{dataset}:a-{row_n.split('-', 1)[1]}")
+        if ref is None or row_n.startswith("a-"):
+            continue
+        out[key] = {
+            m: (r[m] / ref[m] if r.get(m) and ref.get(m) else None)
+            for m in ("ttft_mean_ms", "ttft_p99_ms", "tpot_mean_ms", "request_throughput")
+        }
+    return out
 
 
-def prefill_cost_fit(samples: list[Sample]) -> float | None:
-    """Least-squares slope of TTFT over recomputed tokens (s/token), from the no-reuse run."""
-    pts = [(s.prompt_tokens - s.cached_tokens, s.ttft_s) for s in samples if s.ok]
-    if len(pts) < 3:
-        return None
-    mx = statistics.fmean(p[0] for p in pts)
-    my = statistics.fmean(p[1] for p in pts)
-    var = sum((p[0] - mx) ** 2 for p in pts)
-    if var <= 0:
-        return my / mx if mx else None
-    return sum((p[0] - mx) * (p[1] - my) for p in pts) / var
+def run_bench(
+    *, rows: list[str], replicas: list[int], datasets: list[str], num_prompts: int, rate: float,
+    prefix_len: int, suffix_len: int, num_prefixes: int, output_len: int, datagram: int,
+    repeat: int = 1,
+) -> dict[str, Any]:  # fmt: skip
+    """Run every (row, replicas) in one cluster; see the module docstring."""
+    from ray import serve
+
+    from ray_kvmoq.engine.loader import BUILTIN_MODEL, cached_builtin_dir
+
+    from .cluster import two_node_cluster
+
+    model_dir = str(cached_builtin_dir())
+    max_len = prefix_len + suffix_len + output_len + 64
+    workload = {
+        "model": BUILTIN_MODEL, "tokenizer": model_dir,
+        "num_prompts": num_prompts, "rate": rate, "prefix_len": prefix_len,
+        "suffix_len": suffix_len, "num_prefixes": num_prefixes, "output_len": output_len,
+    }  # fmt: skip
+    out: dict[str, Any] = {"rows": {}, "failures": [], "workload": {
+        "datasets": datasets, "num_prompts": num_prompts, "request_rate": rate,
+        "prefix_len": prefix_len, "suffix_len": suffix_len, "num_prefixes": num_prefixes,
+        "output_len": output_len, "relay_datagram_size": datagram,
+    }}  # fmt: skip
+    with two_node_cluster(store_bytes=1 << 30, num_cpus=4):
+        port = _free_port()
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        base = f"http://127.0.0.1:{port}/{_APP}"
+        runs: dict[str, list[dict[str, Any]]] = {}
+        # rows alternate within each repetition (a b c a b c ...), so drift hits all alike
+        plan = [
+            (d, n, i, r) for d in datasets for n in replicas for i in range(repeat) for r in rows
+        ]
+        for dataset, n, rep, row in plan:
+            key = f"{_SHORT[dataset]}:{row}-{n}"
+            _log(f"[{key}] {ROW_NAMES[row]}, {n} replica(s), run {rep + 1}/{repeat}: deploying")
+            app = (
+                _stock_app(model_dir, BUILTIN_MODEL, n, max_len)
+                if row == "a"
+                else _our_app(n, row == "b", max_len, datagram)
+            )
+            try:
+                wl = {**workload, "dataset": dataset}
+                runs.setdefault(key, []).append(_one_row(app, base, key, wl))
+            except Exception as exc:
+                out["failures"].append(f"{key} run {rep + 1}: {exc}")
+                _log(f"[{key}] FAILED: {exc}")
+        serve.shutdown()
+    out["rows"] = {k: median_row(v) for k, v in runs.items()}
+    out["runs"] = runs
+    out["ratios_to_a"] = ratios(out["rows"])
+    return out
 
 
-def plot(result: dict[str, Any], samples: dict[str, list[Sample]], path: Path) -> None:
-    """Bars of mean/p50/p99 TTFT per mode, and the TTFT CDFs."""
+def _one_row(app: Any, base: str, key: str, workload: dict[str, Any]) -> dict[str, Any]:
+    """Deploy ``app``, drive it with vLLM's client, delete it; the row's figures."""
+    from ray import serve
+
+    serve.run(app, name=_APP, route_prefix=f"/{_APP}", blocking=False)
+    try:
+        _wait_ready(base, 900)
+        before = _scrape()
+        with tempfile.TemporaryDirectory() as rd:
+            _log(f"[{key}] driving it with vllm bench serve ({workload['dataset']})")
+            raw = _drive(client_args(base=base, result_dir=rd, **workload), rd, timeout_s=1800)
+        time.sleep(6)  # metrics reach Ray's exporter every few seconds
+        return summarize(raw, before, _scrape())
+    finally:
+        serve.delete(_APP)
+
+
+def median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The per-metric median of a row's repetitions (failed: the sum)."""
+    import statistics
+
+    out: dict[str, Any] = {}
+    for k in runs[0]:
+        vals = [r[k] for r in runs if isinstance(r.get(k), int | float)]
+        if k in ("failed", "completed"):
+            out[k] = int(sum(vals))
+        else:
+            out[k] = statistics.median(vals) if vals else None
+    out["repeats"] = len(runs)
+    return out
+
+
+def table(res: dict[str, Any]) -> str:
+    """The rows as a text table."""
+    head = (
+        f"{'row':12} {'':42} {'TTFT mean':>10} {'p50':>8} {'p99':>8} {'TPOT':>7} "
+        f"{'req/s':>6} {'failed':>6} {'reused':>7}"
+    )
+    lines = [head]
+    for key, r in res["rows"].items():
+        f = lambda v: f"{v:.0f}" if isinstance(v, int | float) else "-"  # noqa: E731
+        lines.append(
+            f"{key:12} {ROW_NAMES[key.split(':')[1][0]]:42} {f(r['ttft_mean_ms']):>10} {f(r['ttft_p50_ms']):>8} "
+            f"{f(r['ttft_p99_ms']):>8} {f(r['tpot_mean_ms']):>7} "
+            f"{(r['request_throughput'] or 0):6.2f} {r['failed'] or 0:6d} {r['reused_tokens']:7d}"
+        )
+    for key, rat in res.get("ratios_to_a", {}).items():
+        shown = ", ".join(f"{k} {v:.2f}x" for k, v in rat.items() if v is not None)
+        lines.append(f"{key} / a: {shown}")
+    lines += [f"FAILED: {f}" for f in res.get("failures", [])]
+    return "\n".join(lines)
+
+
+def plot(res: dict[str, Any], path: Path) -> None:
+    """Bar charts of TTFT mean/p99 and req/s per row."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    stats = ("ttft_mean_s", "ttft_p50_s", "ttft_p99_s")
-    width = 0.25
-    for i, mode in enumerate(MODES):
-        vals = [result["runs"][mode][k] for k in stats]
-        ax1.bar([j + i * width for j in range(len(stats))], vals, width, label=mode)
-    ax1.set_xticks([j + width for j in range(len(stats))], ["mean", "p50", "p99"])
-    ax1.set_ylabel("TTFT (s)")
-    ax1.set_title("Time to first token")
-    ax1.legend()
-    for mode in MODES:
-        xs = sorted(s.ttft_s for s in samples[mode] if s.ok)
-        if xs:
-            ax2.plot(xs, [(i + 1) / len(xs) for i in range(len(xs))], label=mode)
-    ax2.set_xlabel("TTFT (s)")
-    ax2.set_ylabel("fraction of requests")
-    ax2.set_title("TTFT CDF")
-    ax2.legend()
+    keys = list(res["rows"])
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    for ax, metric, label in zip(
+        axes,
+        ("ttft_mean_ms", "ttft_p99_ms", "request_throughput"),
+        ("TTFT mean (ms)", "TTFT p99 (ms)", "requests/s"),
+        strict=True,
+    ):
+        vals = [res["rows"][k][metric] or 0 for k in keys]
+        ax.bar(keys, vals, color=["#888" if ":a-" in k else "#2a7" for k in keys])
+        ax.set_title(label)
+    fig.suptitle("kvmoq bench serve: a = Ray Serve LLM, b = ours, c = ours without reuse")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
-def table(result: dict[str, Any]) -> str:
-    """The human-readable table."""
-    rows = [
-        f"{'mode':12s} {'reqs':>5s} {'err':>4s} {'TTFT mean':>10s} {'p50':>8s} {'p99':>8s} "
-        f"{'req/s':>7s} {'out tok/s':>10s} {'reused':>7s}"
-    ]
-    for mode in MODES:
-        r = result["runs"][mode]
-        rows.append(
-            f"{mode:12s} {r['requests']:5d} {r['errors']:4d} {r['ttft_mean_s']:10.3f} "
-            f"{r['ttft_p50_s']:8.3f} {r['ttft_p99_s']:8.3f} {r['throughput_rps']:7.2f} "
-            f"{r['output_tok_s']:10.1f} {r['reused_token_ratio']:7.1%}"
-        )
-    ratios = result["ratios"]
-    rows.append(
-        f"TTFT mean: no_reuse/router = {ratios['ttft_mean_no_reuse_over_router']:.2f}x, "
-        f"round_robin/router = {ratios['ttft_mean_round_robin_over_router']:.2f}x; "
-        f"p99 no_reuse/router = {ratios['ttft_p99_no_reuse_over_router']:.2f}x"
-    )
-    return "\n".join(rows)
-
-
-def _ratio(a: float, b: float) -> float:
-    return a / b if b else float("nan")
+def _csv(kind: type, value: str) -> list[Any]:
+    try:
+        return [kind(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected a comma-separated list, got {value!r}") from None
 
 
 @click.command("serve")
 @click.option(
-    "--url", default="http://127.0.0.1:8000", show_default=True, help="Base URL of the app."
-)
-@click.option(
-    "--model", default=None, help="Model name (default: the app's first /v1/models entry)."
-)
-@click.option("--api-key", default=None, help="Bearer key if the app requires one.")
-@click.option("--docs", "n_docs", type=int, default=8, show_default=True, help="Shared documents.")
-@click.option(
-    "--questions", "n_q", type=int, default=8, show_default=True, help="Questions per document."
-)
-@click.option(
-    "--doc-tokens",
-    default="1000:2000",
+    "--rows",
+    default="a,b,c",
     show_default=True,
-    help="Document length range, LO:HI tokens.",
+    help="a: stock Ray Serve LLM, b: ours, c: ours with reuse off.",
+)
+@click.option("--replicas", default="1,2", show_default=True, help="Replica counts to run.")
+@click.option(
+    "--datasets",
+    default="prefix_repetition,random",
+    show_default=True,
+    help="vLLM benchmark datasets to run (comma-separated: prefix_repetition, random).",
+)
+@click.option("--num-prompts", default=48, show_default=True, type=click.IntRange(1, 10000))
+@click.option(
+    "--request-rate",
+    "rate",
+    default=1.0,
+    show_default=True,
+    type=float,
+    help="Requests per second (Poisson).",
+)
+@click.option("--prefix-len", default=1024, show_default=True, type=click.IntRange(1, 32768))
+@click.option("--suffix-len", default=64, show_default=True, type=click.IntRange(1, 32768))
+@click.option("--num-prefixes", default=2, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--output-len", default=32, show_default=True, type=click.IntRange(1, 4096))
+@click.option(
+    "--datagram",
+    default=1452,
+    show_default=True,
+    type=click.IntRange(1200, 65527),
+    help="QUIC datagram size between our relays.",
 )
 @click.option(
-    "--rate", type=float, default=1.0, show_default=True, help="Poisson arrivals, requests/s."
+    "--repeat",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 10),
+    help="Repetitions (rows alternate); each row reports medians.",
 )
 @click.option(
-    "--max-tokens", type=int, default=8, show_default=True, help="Tokens generated per answer."
-)
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option(
-    "--plot",
-    "plot_path",
+    "--out",
     type=click.Path(path_type=Path),
     default=Path("bench-out/serve.png"),
     show_default=True,
-    help="PNG output ('' to skip).",
+    help="Where to write the plot.",
 )
-@click.option(
-    "--save-costs",
-    is_flag=True,
-    help="Record the measured prefill s/token and service time for the router.",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object keyed by row.")
 def serve(
-    url: str, model: str | None, api_key: str | None, n_docs: int, n_q: int, doc_tokens: str,
-    rate: float, max_tokens: int, seed: int, plot_path: Path, save_costs: bool, as_json: bool,
+    rows: str, replicas: str, datasets: str, num_prompts: int, rate: float, prefix_len: int,
+    suffix_len: int, num_prefixes: int, output_len: int, datagram: int, repeat: int, out: Path,
+    as_json: bool,
 ) -> None:  # fmt: skip
-    """TTFT of no reuse vs the KV router vs round-robin, on a shared-prefix workload."""
-    lo, hi = _parse_range(doc_tokens)
-    base = url.rstrip("/")
-    model = model or _first_model(base, api_key)
-    docs = make_documents(n_docs, lo, hi, seed)
-    plan = schedule(n_docs, n_q, rate, seed)
-    samples: dict[str, list[Sample]] = {}
-    runs: dict[str, Any] = {}
-    for mode in MODES:
-        click.echo(f"run {mode}: {len(plan)} requests at {rate}/s ...", err=True)
-        got, makespan = asyncio.run(run_mode(base, model, mode, docs, plan, max_tokens, api_key))
-        samples[mode], runs[mode] = got, summarize(got, makespan)
-        r = runs[mode]
-        click.echo(
-            f"  mean TTFT {r['ttft_mean_s']:.3f} s, reused {r['reused_token_ratio']:.1%}, "
-            f"errors {r['errors']}" + next((f" (first: {s.error})" for s in got if not s.ok), ""),
-            err=True,
-        )
-    result = build_result(base, model, runs)
-    result["workload"] = {
-        "docs": n_docs, "questions": n_q, "doc_tokens": [lo, hi], "rate_rps": rate,
-        "max_tokens": max_tokens, "seed": seed,
-    }  # fmt: skip
-    result["measured"] = {"prefill_s_per_token": prefill_cost_fit(samples["no_reuse"])}
-    if save_costs:
-        result["measured"] = _save_costs(base, model, docs[0], api_key)
-    if str(plot_path):
-        plot(result, samples, plot_path)
-        result["plot"] = str(plot_path)
-        click.echo(f"plot: {plot_path}", err=True)
-    if as_json:
-        click.echo(json.dumps(result, default=str))
-    else:
-        click.echo(table(result))
-    sys.stdout.flush()
-
-
-def _parse_range(text: str) -> tuple[int, int]:
-    lo_s, _, hi_s = text.partition(":")
-    try:
-        lo, hi = int(lo_s), int(hi_s or lo_s)
-    except ValueError:
-        raise click.BadParameter(
-            "expected LO:HI, e.g. 1000:2000", param_hint="--doc-tokens"
-        ) from None
-    if not 0 < lo <= hi:
-        raise click.BadParameter("expected 0 < LO <= HI", param_hint="--doc-tokens")
-    return lo, hi
-
-
-def _first_model(base: str, api_key: str | None) -> str:
-    import httpx
-
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    try:
-        models = httpx.get(base + "/v1/models", timeout=30, headers=headers).json()
-        return str(models["data"][0]["id"])
-    except (httpx.HTTPError, ValueError, KeyError, IndexError) as exc:
-        raise click.ClickException(
-            f"no app at {base} ({exc}); start one with `make serve`"
-        ) from None
-
-
-def build_result(base: str, model: str, runs: dict[str, Any]) -> dict[str, Any]:
-    """The JSON object: per-mode runs, per-metric maps keyed by mode, and the ratios."""
-    r = runs
-    return {
-        "url": base,
-        "model": model,
-        "runs": runs,
-        "ttft_mean_s": {m: r[m]["ttft_mean_s"] for m in MODES},
-        "ttft_p50_s": {m: r[m]["ttft_p50_s"] for m in MODES},
-        "ttft_p99_s": {m: r[m]["ttft_p99_s"] for m in MODES},
-        "throughput_rps": {m: r[m]["throughput_rps"] for m in MODES},
-        "reused_token_ratio": {m: r[m]["reused_token_ratio"] for m in MODES},
-        "ratios": {
-            "ttft_mean_no_reuse_over_router": _ratio(r["no_reuse"]["ttft_mean_s"], r["router"]["ttft_mean_s"]),
-            "ttft_mean_round_robin_over_router": _ratio(r["round_robin"]["ttft_mean_s"], r["router"]["ttft_mean_s"]),
-            "ttft_p99_no_reuse_over_router": _ratio(r["no_reuse"]["ttft_p99_s"], r["router"]["ttft_p99_s"]),
-            "throughput_router_over_no_reuse": _ratio(r["router"]["throughput_rps"], r["no_reuse"]["throughput_rps"]),
-        },
-    }  # fmt: skip
-
-
-def _save_costs(base: str, model: str, doc: str, api_key: str | None) -> dict[str, Any]:
-    """Calibrate on the idle app and record the figures for the router."""
-    from ray_kvmoq.serving.costmodel import record_measurement
-
-    click.echo("calibrating prefill cost (sequential requests) ...", err=True)
-    slope, service = asyncio.run(calibrate(base, model, doc, api_key))
-    measured: dict[str, Any] = {"prefill_s_per_token": slope, "service_s": service}
-    if slope is not None and slope > 0 and service is not None:
-        path = record_measurement("serve", {"prefill_s_per_token": slope, "service_s": service})
-        click.echo(f"cost figures recorded in {path}", err=True)
-        measured["costs_file"] = str(path)
-    return measured
+    """Stock Ray Serve LLM vs ours vs ours without reuse, with vLLM's benchmark client, on a
+    private 2-node Ray cluster (CPU: tens of minutes)."""
+    picked = _csv(str, rows)
+    if not picked or set(picked) - set(ROWS):
+        raise click.BadParameter(f"rows must be among {', '.join(ROWS)}")
+    sets = _csv(str, datasets)
+    if not sets or set(sets) - set(_SHORT):
+        raise click.BadParameter(f"datasets must be among {', '.join(_SHORT)}")
+    res = run_bench(
+        rows=picked, replicas=_csv(int, replicas), datasets=sets, num_prompts=num_prompts,
+        rate=rate, prefix_len=prefix_len, suffix_len=suffix_len, num_prefixes=num_prefixes,
+        output_len=output_len, datagram=datagram, repeat=repeat,
+    )  # fmt: skip
+    if res["rows"]:
+        plot(res, out)
+        res["plot"] = str(out)
+    click.echo(json.dumps(res) if as_json else table(res))
+    if res["failures"]:
+        raise SystemExit(1)

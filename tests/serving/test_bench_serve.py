@@ -1,69 +1,50 @@
-"""``kvmoq bench serve`` helpers (the workload, the aggregation) and the CLI wiring."""
+"""``kvmoq bench serve`` helpers: the vLLM client's arguments, the row summary, the ratios."""
 
 from __future__ import annotations
 
-import math
-
 from click.testing import CliRunner
 
-from ray_kvmoq.bench.serve import (
-    MODES,
-    Sample,
-    make_documents,
-    prefill_cost_fit,
-    schedule,
-    summarize,
-    table,
-)
+from ray_kvmoq.bench.serve import client_args, median_row, ratios, summarize, table
 from ray_kvmoq.cli import main
 
 
-def test_schedule_is_poisson_and_covers_every_pair() -> None:
-    plan = schedule(3, 4, rate=2.0, seed=1)
-    assert sorted((d, q) for _, d, q in plan) == [(d, q) for d in range(3) for q in range(4)]
-    times = [t for t, _, _ in plan]
-    assert times == sorted(times) and times[0] == 0.0
-    assert plan == schedule(3, 4, rate=2.0, seed=1)
+def test_client_args_drive_the_completions_endpoint_with_the_asked_dataset() -> None:
+    a = client_args(base="http://x/app", model="m", tokenizer="/t", dataset="prefix_repetition",
+                    num_prompts=5, rate=2.0, result_dir="/r", prefix_len=100, suffix_len=10,
+                    num_prefixes=3, output_len=7)  # fmt: skip
+    s = " ".join(a)
+    assert "--endpoint /v1/completions" in s and "--dataset-name prefix_repetition" in s
+    assert "--prefix-repetition-num-prefixes 3" in s and "--request-rate 2.0" in s
+    r = client_args(base="http://x", model="m", tokenizer="/t", dataset="random", num_prompts=5,
+                    rate=1.0, result_dir="/r", prefix_len=100, suffix_len=10, num_prefixes=3,
+                    output_len=7)  # fmt: skip
+    assert "--random-input-len 110" in " ".join(r)
 
 
-def test_documents_differ_and_have_the_asked_size() -> None:
-    docs = make_documents(3, 100, 200, seed=0)
-    assert len(set(docs)) == 3
-    assert all(70 <= len(d.split()) <= 160 for d in docs)
+def _raw(ttft: float, tpot: float, rps: float, failed: int = 0) -> dict:
+    return {"mean_ttft_ms": ttft, "median_ttft_ms": ttft, "p99_ttft_ms": 2 * ttft,
+            "mean_tpot_ms": tpot, "request_throughput": rps, "completed": 10, "failed": failed}  # fmt: skip
 
 
-def _s(ttft: float, prompt: int = 1000, cached: int = 0, ok: bool = True) -> Sample:
-    return Sample("router", 0, ttft, ttft + 1, prompt, cached, 8, ok)
+def test_summary_ratios_and_medians() -> None:
+    before = {"prefix_cache_hits": 10.0, "external_prefix_cache_hits": 0.0, "prompt_tokens": 0.0}
+    after = {"prefix_cache_hits": 110.0, "external_prefix_cache_hits": 50.0, "prompt_tokens": 900.0}
+    a = summarize(_raw(1000, 50, 1.0), before, after)
+    assert a["reused_tokens"] == 150 and a["prompt_tokens"] == 900
+    b = summarize(_raw(400, 45, 1.2), before, after)
+    rows = {"prefix:a-2": a, "prefix:b-2": b, "random:b-2": b}
+    rat = ratios(rows)
+    assert set(rat) == {"prefix:b-2"}  # no random:a-2 to compare with
+    assert (
+        rat["prefix:b-2"]["ttft_mean_ms"] == 0.4 and rat["prefix:b-2"]["request_throughput"] == 1.2
+    )
+    m = median_row([summarize(_raw(t, 50, 1.0, failed=1), before, after) for t in (3, 1, 2)])
+    assert m["ttft_mean_ms"] == 2 and m["failed"] == 3 and m["repeats"] == 3
+    assert "Ray Serve LLM" in table({"rows": rows, "ratios_to_a": rat})
 
 
-def test_summary_and_ratio() -> None:
-    out = summarize([_s(1.0, cached=512), _s(3.0, cached=0), _s(0, ok=False)], makespan=4.0)
-    assert out["errors"] == 1 and out["ttft_mean_s"] == 2.0 and out["ttft_p50_s"] == 2.0
-    assert out["reused_token_ratio"] == 512 / 2000 and out["throughput_rps"] == 0.5
-    assert math.isnan(summarize([], 1.0)["ttft_mean_s"])
-
-
-def test_prefill_fit_recovers_the_slope() -> None:
-    samples = [_s(0.1 + 1e-3 * n, prompt=n) for n in (100, 500, 900, 1300)]
-    fit = prefill_cost_fit(samples)
-    assert fit is not None and abs(fit - 1e-3) < 1e-9
-
-
-def test_table_names_every_mode() -> None:
-    runs = {m: summarize([_s(1.0 + i)], 1.0) for i, m in enumerate(MODES)}
-    ratios = {
-        "ttft_mean_no_reuse_over_router": 0.5,
-        "ttft_mean_round_robin_over_router": 1.5,
-        "ttft_p99_no_reuse_over_router": 0.5,
-    }
-    text = table({"runs": runs, "ratios": ratios})
-    assert all(m in text for m in MODES)
-
-
-def test_cli_registers_serving_commands() -> None:
-    runner = CliRunner()
-    for args in (["serve", "--help"], ["inspect", "--help"], ["bench", "serve", "--help"]):
-        res = runner.invoke(main, args)
-        assert res.exit_code == 0, res.output
-    res = runner.invoke(main, ["bench", "serve", "--url", "http://127.0.0.1:9", "--docs", "1"])
-    assert res.exit_code != 0 and "make serve" in res.output
+def test_bad_rows_or_datasets_are_refused_before_anything_starts() -> None:
+    res = CliRunner().invoke(main, ["bench", "serve", "--rows", "a,z"])
+    assert res.exit_code != 0 and "rows must be among" in res.output
+    res = CliRunner().invoke(main, ["bench", "serve", "--datasets", "sharegpt"])
+    assert res.exit_code != 0 and "datasets must be among" in res.output
