@@ -61,6 +61,8 @@ class RelayBridge:
         self._figures = FiguresSnapshot()
         self._figures_ref: Any = None
         self._figures_at = 0.0
+        self._key: bytes | None = None
+        self._key_known = False
 
     # ---- connection ------------------------------------------------------------------------
 
@@ -128,6 +130,25 @@ class RelayBridge:
         except ray.exceptions.RayActorError:
             self.forget_relay()
             raise
+
+    def digest_key(self) -> bytes | None:
+        """The cluster's payload-digest key: from ``$KVMOQ_CLUSTER_SECRET`` (hex), else the
+        secret stored in the cluster's GCS (``kvmoq cluster-secret``), else None (unkeyed
+        digests). Read once."""
+        if not self._key_known:
+            from ray_kvmoq.kvcache.integrity import digest_key
+            from ray_kvmoq.relay.actor import read_cluster_secret
+
+            env = os.environ.get("KVMOQ_CLUSTER_SECRET")
+            if env:
+                secret: bytes | None = bytes.fromhex(env)
+            else:
+                self.relay()  # joins Ray
+                secret = read_cluster_secret()
+            self._key = digest_key(secret) if secret else None
+            self._key_known = True
+            log.info("KV payload digests: %s", "keyed (cluster secret)" if self._key else "unkeyed")
+        return self._key
 
     # ---- scheduler side --------------------------------------------------------------------
 

@@ -47,12 +47,13 @@ def to_codec_input(chunk: torch.Tensor) -> np.ndarray:
 
 
 def encode_chunk(
-    track: bytes, chunk: torch.Tensor, *, codebook: bytes | None = None
+    track: bytes, chunk: torch.Tensor, *, codebook: bytes | None = None, key: bytes | None = None
 ) -> list[CachedObject]:
-    """The group's objects: one per token, payload encoded by ``track``'s codec, digest attached."""
+    """The group's objects: one per token, payload encoded by ``track``'s codec, digest (keyed
+    with the cluster's digest ``key`` when there is one) attached."""
     payloads = get_codec(track).encode_chunk(to_codec_input(chunk), codebook=codebook)
     return [
-        CachedObject(object_id=i, payload=p, extensions=(attach_digest(p),))
+        CachedObject(object_id=i, payload=p, extensions=(attach_digest(p, key),))
         for i, p in enumerate(payloads)
     ]
 
@@ -64,17 +65,19 @@ def decode_group(
     dtype: torch.dtype,
     *,
     codebook: bytes | None = None,
+    key: bytes | None = None,
 ) -> torch.Tensor:
     """Verify and decode a group into ``[L, 2, H, T, D]`` of ``dtype``.
 
     Objects must be ids ``0..T-1`` in order (a gap would shift tokens); every payload's digest
-    must match and every header must carry ``geometry``.
+    must match (keyed with ``key`` when the cluster has one: a forged object never verifies)
+    and every header must carry ``geometry``.
     """
     payloads: list[bytes] = []
     for i, o in enumerate(objects):
         if o.object_id != i:
             raise MalformedPayloadError(f"group has object {o.object_id} where {i} belongs")
-        verify(o.payload, [(t, v) for t, v in o.extensions if t == KV_DIGEST_EXTENSION])
+        verify(o.payload, [(t, v) for t, v in o.extensions if t == KV_DIGEST_EXTENSION], key)
         payloads.append(bytes(o.payload))
     if not payloads:
         raise MalformedPayloadError("empty group")

@@ -50,8 +50,10 @@ class EngineHost:
         ray_address: str | None = None,
         node_ip: str | None = None,
         kv_cache_gib: float = 1.0,
+        env: dict[str, str] | None = None,
         **engine_kwargs: Any,
     ) -> None:
+        os.environ.update(env or {})  # e.g. KVMOQ_CLUSTER_SECRET for vLLM's processes
         if ray_address:
             os.environ["RAY_ADDRESS"] = ray_address
         if node_ip:

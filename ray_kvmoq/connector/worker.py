@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from ray_kvmoq.kvcache.errors import KVCacheError
+from ray_kvmoq.kvcache.integrity import verify
 from ray_kvmoq.kvcache.layout import KVGeometry
 from ray_kvmoq.kvcache.naming import CODEBOOK_TRACK_SUFFIX, DEFAULT_CHUNK_SIZE
 
@@ -168,7 +169,12 @@ class WorkerSide:
                 nbytes = sum(len(o.payload) for o in objects)
                 codebook = self._codebook_for(src.namespace, src.track, deadline)
                 chunk = decode_group(
-                    src.track, objects, self.geometry, self.dtype, codebook=codebook
+                    src.track,
+                    objects,
+                    self.geometry,
+                    self.dtype,
+                    codebook=codebook,
+                    key=self.bridge.digest_key(),
                 )
                 if chunk.shape[3] < hi - k * c:
                     raise KVCacheError(f"group {src.group_id} has {chunk.shape[3]} tokens")
@@ -215,7 +221,9 @@ class WorkerSide:
                 timeout_s=max(0.05, deadline - time.monotonic()),
                 wait_s=max(0.0, deadline - time.monotonic()),
             )
-            return bytes(objs[0].payload)
+            o = objs[0]
+            verify(o.payload, list(o.extensions), self.bridge.digest_key())
+            return bytes(o.payload)
 
         return self.codebooks.get(namespace, fetch)
 
@@ -285,10 +293,12 @@ class WorkerSide:
                         spec.namespace,
                         _AC + CODEBOOK_TRACK_SUFFIX,
                         CODEBOOK_GROUP,
-                        encode_codebook_objects(codebook),
+                        encode_codebook_objects(codebook, self.bridge.digest_key()),
                         chunk_hash=None,
                     )
-            objects = encode_chunk(spec.track, g.chunk, codebook=codebook)
+            objects = encode_chunk(
+                spec.track, g.chunk, codebook=codebook, key=self.bridge.digest_key()
+            )
             encode_us = int((time.perf_counter() - t0) * 1e6)
             self.bridge.publish_group(
                 spec.namespace,
@@ -321,9 +331,9 @@ class WorkerSide:
         self._loader.shutdown(wait=False, cancel_futures=True)
 
 
-def encode_codebook_objects(codebook: bytes) -> list[Any]:
+def encode_codebook_objects(codebook: bytes, key: bytes | None) -> list[Any]:
     """The codebook group: one object holding the blob, with its digest."""
     from ray_kvmoq.kvcache.integrity import attach_digest
     from ray_kvmoq.relay.cache import CachedObject
 
-    return [CachedObject(object_id=0, payload=codebook, extensions=(attach_digest(codebook),))]
+    return [CachedObject(object_id=0, payload=codebook, extensions=(attach_digest(codebook, key),))]

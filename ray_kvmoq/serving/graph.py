@@ -2,7 +2,9 @@
 (:func:`prepare_cluster`).
 
 ``prepare_cluster`` runs in the driver that builds the app (``serve run`` connects it to the
-cluster): it registers the connector's Ray Serve LLM backend, starts one relay per alive node
+cluster): it makes sure the cluster has a secret (relays authenticate each other, KV digests
+are keyed; ``kvmoq cluster-secret``), registers the connector's Ray Serve LLM backend, starts
+one relay per alive node
 plus the KV directory and the figures board (detached: they outlive replica restarts; a node
 that joins later gets its relay from the first connector that runs there), and probes the
 pull speed between two nodes' relays so the first routing decisions have a measured figure.
@@ -15,6 +17,8 @@ and our ingress in front.
 from __future__ import annotations
 
 import logging
+import os
+import secrets
 import time
 import uuid
 from typing import Any
@@ -55,12 +59,16 @@ def prepare_cluster(args: AppArgs) -> None:
     import ray
 
     from ray_kvmoq.connector.figures import figures_board
-    from ray_kvmoq.relay.actor import start_relays
+    from ray_kvmoq.relay.actor import read_cluster_secret, start_relays, write_cluster_secret
 
     from .backend import register_backend
 
     if not ray.is_initialized():
         ray.init(address="auto")
+    if not os.environ.get("KVMOQ_CLUSTER_SECRET") and read_cluster_secret() is None:
+        # secure by default: relays authenticate each other and KV digests are keyed
+        write_cluster_secret(secrets.token_bytes(32))
+        log.info("stored a new cluster secret in the cluster's GCS")
     register_backend()
     relays = start_relays(
         namespace=RAY_NAMESPACE,

@@ -18,6 +18,8 @@ import pytest
 from tests.conftest import RayTestCluster
 
 RAY_NAMESPACE = "kvmoq"
+CLUSTER_SECRET = bytes(range(32))
+"""The engines' cluster secret (so KV payload digests are keyed, as in every deployment)."""
 
 
 @dataclass
@@ -49,7 +51,8 @@ def fp32_engine(engines: Engines) -> Iterator[Any]:
     from ray_kvmoq.engine.loader import cached_builtin_dir
 
     kv = kv_transfer_config("kv_both", load_timeout_s=20.0)
-    h = start_engine(engines.a_node, str(cached_builtin_dir()), kv, dtype="float32")
+    env = {"KVMOQ_CLUSTER_SECRET": CLUSTER_SECRET.hex()}
+    h = start_engine(engines.a_node, str(cached_builtin_dir()), kv, dtype="float32", env=env)
     try:
         yield h
     finally:
@@ -79,8 +82,9 @@ def engines(ray_cluster: RayTestCluster) -> Iterator[Engines]:
     relays = start_relays(namespace=RAY_NAMESPACE)
     b_node = ray_cluster.node_ids["127.0.0.2"]
     kv = kv_transfer_config("kv_both", load_timeout_s=20.0)
-    a = start_engine(ray_cluster.head_node_id, model_dir, kv)
-    b = start_engine(b_node, model_dir, kv)
+    env = {"KVMOQ_CLUSTER_SECRET": CLUSTER_SECRET.hex()}
+    a = start_engine(ray_cluster.head_node_id, model_dir, kv, env=env)
+    b = start_engine(b_node, model_dir, kv, env=env)
     tokens = ray.get(a.tokenize.remote(load_text()))
     model = ray.get(a.kv_model.remote())
     assert ray.get(b.kv_model.remote()) == model

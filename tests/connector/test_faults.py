@@ -104,6 +104,36 @@ def test_corrupted_object_is_never_used_and_the_prompt_is_recomputed(engines: En
     assert _delta(after, before, "kvmoq_tokens_loaded") == 0  # group 0 failed: nothing after it
 
 
+@pytest.mark.parametrize("forger_key", [None, b"not the cluster key".ljust(32, b".")])
+def test_forged_object_with_a_recomputed_digest_is_refused_and_counted(
+    engines: Engines, forger_key: bytes | None
+) -> None:
+    """A relay (or anyone on the path) that swaps a payload and recomputes its digest — unkeyed,
+    or keyed with a key that is not the cluster's — is caught: digests are keyed."""
+    from dataclasses import replace
+
+    from ray_kvmoq.kvcache.integrity import attach_digest
+
+    e = engines
+    prompt = e.tokens[250 : 250 + 2 * C + 9]
+    groups = _real_groups(e, prompt, 2)
+    o = groups[0][3]
+    fake = bytearray(o.payload)
+    fake[-1] ^= 1
+    forged = replace(o, payload=bytes(fake), extensions=(attach_digest(bytes(fake), forger_key),))
+    salt = fresh_salt()
+    _plant(
+        e.relays[e.a_node], e, salt, prompt, [[*groups[0][:3], forged, *groups[0][4:]], groups[1]]
+    )
+    ref = _gen(e.a, [prompt], cache_salt=salt, kv_params=NO_REUSE, max_tokens=16)[0]
+    before = _metrics(e.a)
+    got = _gen(e.a, [prompt], cache_salt=salt, max_tokens=16)[0]
+    after = _metrics(e.a)
+    assert got.token_ids == ref.token_ids
+    assert _delta(after, before, "kvmoq_digest_errors") == 1
+    assert _delta(after, before, "kvmoq_tokens_loaded") == 0
+
+
 def test_group_gone_between_lookup_and_load_is_recomputed(engines: Engines) -> None:
     """The directory says the head relay has the groups; the relay has none of them (as after
     an eviction the directory has not heard about yet)."""

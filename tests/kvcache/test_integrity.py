@@ -65,3 +65,27 @@ def test_missing_or_malformed_digest() -> None:
     ):
         with pytest.raises(IntegrityError):
             verify(b"x", bad)
+
+
+def test_keyed_digests_verify_only_with_the_cluster_key() -> None:
+    from ray_kvmoq.kvcache.integrity import (
+        DIGEST_BLAKE2B_128_KEYED,
+        attach_digest,
+        digest_key,
+        verify,
+    )
+
+    key, other = digest_key(b"a" * 32), digest_key(b"b" * 32)
+    assert key != other and len(key) == 32 and digest_key(b"a" * 32) == key
+    payload = b"KV payload bytes" * 64
+    ext = [attach_digest(payload, key)]
+    assert ext[0][1][0] == DIGEST_BLAKE2B_128_KEYED
+    verify(payload, ext, key)
+    with pytest.raises(DigestMismatchError):  # another cluster's key
+        verify(payload, [attach_digest(payload, other)], key)
+    with pytest.raises(IntegrityError, match="not signed with the cluster's digest key"):
+        verify(payload, [attach_digest(payload)], key)  # a forger without the key
+    with pytest.raises(IntegrityError, match="no cluster key"):
+        verify(payload, ext)  # a receiver without the key cannot vouch for it
+    with pytest.raises(DigestMismatchError):
+        verify(payload[:-1] + b"!", ext, key)
