@@ -71,7 +71,9 @@ def _violations(path: Path, layer: str, pkg_parts: tuple[str, ...]) -> list[str]
         elif (
             layer == "connector" and parts[0] == "ray" and path.name not in RAY_ALLOWED_IN_CONNECTOR
         ):
-            bad.append(f"line {lineno}: {mod} (ray only in connector/bridge.py, figures.py, host.py)")
+            bad.append(
+                f"line {lineno}: {mod} (ray only in connector/bridge.py, figures.py, host.py)"
+            )
     return bad
 
 

@@ -1,7 +1,8 @@
 """A private two-node Ray cluster on this machine for the benches (head + 127.0.0.2).
 
 Both nodes share the machine's cores; the second node has its own IP, raylet and object store,
-so bytes between them really cross a node boundary (over loopback). Everything it starts is
+so bytes between them really cross a node boundary (over loopback). Each node has one
+``engine_slot`` resource, so an LLM deployment asking for it gets one replica per node. Everything it starts is
 stopped by ``cluster.shutdown()`` — never ``ray stop``, which would kill other users' Ray.
 """
 
@@ -36,11 +37,15 @@ def two_node_cluster(
             include_dashboard=False,
             object_store_memory=store_bytes,
             temp_dir=tempfile.mkdtemp(prefix="rkb", dir="/tmp"),
+            resources={"engine_slot": 1},
         ),
     )
     try:
         cluster.add_node(
-            num_cpus=num_cpus, node_ip_address="127.0.0.2", object_store_memory=store_bytes
+            num_cpus=num_cpus,
+            node_ip_address="127.0.0.2",
+            object_store_memory=store_bytes,
+            resources={"engine_slot": 1},
         )
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, namespace=namespace, log_to_driver=False)

@@ -42,7 +42,7 @@ def cluster_secret(action: str, address: str | None) -> None:
     except Exception as exc:
         raise click.ClickException(f"cannot reach the Ray cluster: {exc}") from None
     current = read_cluster_secret()
-    if action == "ensure" and current is None or action == "rotate":
+    if (action == "ensure" and current is None) or action == "rotate":
         current = secrets.token_bytes(32)
         write_cluster_secret(current)
         click.echo("stored a new cluster secret in the cluster's GCS", err=True)

@@ -14,6 +14,11 @@ scheduler's :class:`~.metadata.MoqtConnectorMetadata` and
   which encodes it with the track's codec, attaches digests and publishes it on the node relay
   — in group order, so live subscribers see the track grow while prefill continues.
 
+On CUDA the gathered chunk goes to a pinned host buffer with an asynchronous copy whose event
+the publisher thread waits on (the forward pass never waits for the device-to-host transfer),
+and loaded chunks go back through pinned memory; codecs run on the host. (CI has no GPU: the
+CPU path is what the tests run.)
+
 Failure rule: any error while loading a group (missing, late, evicted, corrupt, foreign
 geometry) stops that request's load there; the blocks from that group on are reported by
 ``get_block_ids_with_load_errors`` (and an asynchronous load as failed), so vLLM recomputes
@@ -61,6 +66,34 @@ class _Gathered:
 
     spec: SaveSpec
     chunk: torch.Tensor
+    """On the host (pinned when it came from a GPU)."""
+    ready: Any = None
+    """CUDA event the device-to-host copy completes at (None: already complete)."""
+
+    def host(self) -> torch.Tensor:
+        """The chunk once its copy is done (the publisher waits here, not the forward pass)."""
+        if self.ready is not None:
+            self.ready.synchronize()
+        return self.chunk
+
+
+def _to_host(chunk: torch.Tensor) -> tuple[torch.Tensor, Any]:
+    """``chunk`` on the host: a pinned buffer filled asynchronously (plus the event that marks
+    the end of the copy) for CUDA tensors, so the step does not wait for the transfer."""
+    if chunk.device.type != "cuda":
+        return chunk.contiguous(), None
+    host = torch.empty(chunk.shape, dtype=chunk.dtype, pin_memory=True)
+    host.copy_(chunk, non_blocking=True)
+    event = torch.cuda.Event()
+    event.record()
+    return host, event
+
+
+def _to_device(chunk: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A decoded (host) chunk on the cache's device (through pinned memory for CUDA)."""
+    if device.type != "cuda":
+        return chunk
+    return chunk.pin_memory().to(device, non_blocking=True)
 
 
 class WorkerSide:
@@ -178,17 +211,12 @@ class WorkerSide:
                 )
                 if chunk.shape[3] < hi - k * c:
                     raise KVCacheError(f"group {src.group_id} has {chunk.shape[3]} tokens")
-                blocks, offsets = slot_index(
-                    spec.block_ids, lo, hi, self.block_size, self.caches[self.layers[0]].device
-                )
-                scatter_chunk(
-                    self.layout,
-                    self.caches,
-                    self.layers,
-                    blocks,
-                    offsets,
-                    chunk[:, :, :, lo - k * c : hi - k * c],
-                )
+                device = self.caches[self.layers[0]].device
+                blocks, offsets = slot_index(spec.block_ids, lo, hi, self.block_size, device)
+                part = _to_device(chunk[:, :, :, lo - k * c : hi - k * c], device)
+                scatter_chunk(self.layout, self.caches, self.layers, blocks, offsets, part)
+                if device.type == "cuda":
+                    torch.cuda.current_stream(device).synchronize()  # written before "loaded"
             except Exception as exc:
                 digest = isinstance(exc, KVCacheError)
                 self._fail(spec, lo, f"{type(exc).__name__}: {exc}", digest=digest)
@@ -274,20 +302,21 @@ class WorkerSide:
                     spec.block_ids, spec.start, spec.end, self.block_size, device
                 )
                 chunk = gather_chunk(self.layout, self.caches, self.layers, blocks, offsets)
-                chunk = chunk.to("cpu", non_blocking=False).contiguous()
+                host, ready = _to_host(chunk)
             except Exception as exc:
                 log.warning("cannot gather group %d of %s: %s", spec.group_id, spec.req_id, exc)
                 self._count(save_errors=1)
                 continue
-            self._publisher.submit(self._publish, _Gathered(spec=spec, chunk=chunk))
+            self._publisher.submit(self._publish, _Gathered(spec=spec, chunk=host, ready=ready))
 
     def _publish(self, g: _Gathered) -> None:
         spec = g.spec
         try:
+            chunk = g.host()
             t0 = time.perf_counter()
             codebook = None
             if spec.track == _AC:
-                codebook, new = self.codebooks.make(spec.namespace, g.chunk)
+                codebook, new = self.codebooks.make(spec.namespace, chunk)
                 if new:
                     self.bridge.publish_group(
                         spec.namespace,
@@ -297,7 +326,7 @@ class WorkerSide:
                         chunk_hash=None,
                     )
             objects = encode_chunk(
-                spec.track, g.chunk, codebook=codebook, key=self.bridge.digest_key()
+                spec.track, chunk, codebook=codebook, key=self.bridge.digest_key()
             )
             encode_us = int((time.perf_counter() - t0) * 1e6)
             self.bridge.publish_group(

@@ -8,9 +8,11 @@ import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.helpers import free_port
 
@@ -23,6 +25,15 @@ def serve_http(ray_cluster: Any) -> Iterator[str]:
     port = free_port(socket.SOCK_STREAM)
     serve.start(http_options={"host": "127.0.0.1", "port": port}, detached=False)
     yield f"http://127.0.0.1:{port}"
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def app_args(config: str, **overrides: Any) -> dict[str, Any]:
+    """The ``args`` of ``apps/<config>`` with test overrides (placement on the test cluster)."""
+    doc = yaml.safe_load((ROOT / "apps" / config).read_text())
+    return {**doc["applications"][0]["args"], **overrides}
 
 
 @contextmanager

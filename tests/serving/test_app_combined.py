@@ -1,7 +1,7 @@
 """The combined app (Ray Serve LLM + vLLM + the MoQT KV layer) through the ``openai`` client.
 
-One app for the module: two ``KVLLMServer`` replicas on two Ray nodes of the shared test cluster
-(one ``engine_slot`` per node), the built-in SmolLM2 on vLLM's CPU backend, relays at 9000-byte
+One app for the module: ``apps/local.yaml`` scaled to two ``KVLLMServer`` replicas on two Ray
+nodes of the shared test cluster (one ``engine_slot`` per node), the built-in SmolLM2 on vLLM's CPU backend, relays at 9000-byte
 datagrams (loopback carries them; pulls then beat recompute on this machine, which the
 cross-node test needs). API tests check Ray Serve LLM's behaviour through our ingress; the KV
 tests check what our layer adds.
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from ray_kvmoq.bench.quality import load_text
-from tests.serving.conftest import deployed
+from tests.serving.conftest import app_args, deployed
 
 pytestmark = [pytest.mark.ray, pytest.mark.model, pytest.mark.slow]
 
@@ -27,12 +27,12 @@ MODEL = "SmolLM2-135M-Instruct"
 
 @pytest.fixture(scope="module")
 def app(serve_http: str) -> Iterator[str]:
-    args = {
-        "mode": "combined",
-        "server": {"num_replicas": 2, "num_cpus": 1, "resources": {"engine_slot": 1}},
-        "relay_datagram_size": 9000,
-        "kv_timeout_s": 30.0,
-    }
+    args = app_args(
+        "local.yaml",
+        server={"num_replicas": 2, "num_cpus": 1, "resources": {"engine_slot": 1}},
+        relay_datagram_size=9000,
+        kv_timeout_s=30.0,
+    )
     with deployed(serve_http, "combined", args) as base:
         yield base
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from ray_kvmoq.bench.quality import load_text
-from tests.serving.conftest import deployed
+from tests.serving.conftest import app_args, deployed
 from tests.serving.test_app_combined import MODEL, _board, _client
 
 pytestmark = [pytest.mark.ray, pytest.mark.model, pytest.mark.slow]
@@ -30,13 +30,13 @@ APP = "pd"
 
 @pytest.fixture(scope="module")
 def pd_app(serve_http: str) -> Iterator[str]:
-    args = {
-        "mode": "pd",
-        "prefill": {"num_replicas": 1, "num_cpus": 1, "resources": {"kvnode_head": 0.5}},
-        "decode": {"num_replicas": 1, "num_cpus": 1, "resources": {"kvnode1": 0.5}},
-        "relay_datagram_size": 9000,
-        "kv_timeout_s": 20.0,
-    }
+    args = app_args(
+        "pd.yaml",
+        prefill={"num_replicas": 1, "num_cpus": 1, "resources": {"kvnode_head": 0.5}},
+        decode={"num_replicas": 1, "num_cpus": 1, "resources": {"kvnode1": 0.5}},
+        relay_datagram_size=9000,
+        kv_timeout_s=20.0,
+    )
     with deployed(serve_http, APP, args) as base:
         yield base
 
@@ -117,13 +117,28 @@ def test_losing_prefill_mid_request_ends_with_the_answer_or_an_error(pd_app: str
         )  # fmt: skip
         result.update(status=resp.status_code, body=resp.json(), took=time.monotonic() - t0)
 
+    node = _decode_node()
+    before_c, _ = _board()
     t = threading.Thread(target=call)
     t.start()
     time.sleep(0.3)  # the request is in flight: prefill is computing, decode following
     ray.kill(ray.get_actor(replica["name"], namespace="serve"), no_restart=False)
     t.join(timeout=240)
     assert not t.is_alive(), "the request hung after prefill died"
+    time.sleep(3)  # connector counters reach the board every 2 s
+    after_c, _ = _board()
+
+    def on_decode(key: str) -> int:
+        return sum(
+            v.get(key, 0) - before_c.get(src, {}).get(key, 0)
+            for src, v in after_c.items()
+            if v.get("node_id") == node
+        )
+
+    prompt = int(result["body"].get("usage", {}).get("prompt_tokens", 0) or 0)
     if result["status"] == 200:
         assert result["body"]["choices"][0]["message"]["content"] == ref
+        # decode either got the whole track before prefill died, or fell back and said so
+        assert on_decode("tokens_loaded") >= prompt - 1 or on_decode("load_errors") >= 1
     else:
         assert 400 <= result["status"] < 600 and result["body"]["error"]["message"]
