@@ -19,10 +19,6 @@ import pytest
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # ~/.ray/auth_token is shared machine-wide
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# Benches record cost figures for the router; tests must never write the user's own file.
-os.environ.setdefault(
-    "KVMOQ_COSTS", os.path.join(tempfile.mkdtemp(prefix="kvmoq-costs-"), "costs.json")
-)
 
 
 @dataclass

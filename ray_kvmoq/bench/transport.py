@@ -376,12 +376,6 @@ def _groups_for(object_size: int, megabytes: int) -> int:
     show_default=True,
     help="QUIC libraries of the MoQT rows, comma-separated.",
 )
-@click.option(
-    "--save-costs/--no-save-costs",
-    default=True,
-    show_default=True,
-    help="Record the ≤9000 B MoQT rate as the serving router's transfer cost.",
-)
 def transport(
     as_json: bool,
     mb: int,
@@ -391,7 +385,6 @@ def transport(
     only: str | None,
     repeat: int,
     backends: str,
-    save_costs: bool,
 ) -> None:
     """Throughput of MoQT/QUIC vs plain TCP between two processes on loopback."""
     wanted = set(backends.split(","))
@@ -421,18 +414,6 @@ def transport(
                 }
             )
     summary = _summary(results)
-    if save_costs and summary["moqt_mb_s_9000"] > 0:
-        from ray_kvmoq.serving import costmodel
-
-        record = getattr(costmodel, "record_measurement", None)  # the router's figure store
-        if record is None:
-            click.echo("the serving cost model records no figures: nothing saved", err=True)
-        else:
-            # A cluster link carries ≤9000 B datagrams: that row, not the loopback best,
-            # prices a pull.
-            per_byte = 1.0 / (summary["moqt_mb_s_9000"] * 1e6)
-            path = record("transport", {"moqt_s_per_byte": per_byte})
-            click.echo(f"cost figures recorded in {path}", err=True)
     if as_json:
         click.echo(json.dumps({**summary, "rows": results}))
         return

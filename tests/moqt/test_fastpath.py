@@ -151,7 +151,7 @@ def test_bench_transport_json_smoke() -> None:
 
     from ray_kvmoq.bench.transport import transport
 
-    args = ["--json", "--mb", "3", "--sizes", "160000", "--only", "9000", "--no-save-costs"]
+    args = ["--json", "--mb", "3", "--sizes", "160000", "--only", "9000"]
     result = CliRunner().invoke(transport, args)
     assert result.exit_code == 0, result.output
     report = json.loads(result.output.strip().splitlines()[-1])
