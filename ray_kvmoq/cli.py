@@ -39,7 +39,15 @@ _BENCHES: dict[str, tuple[str, str]] = {
         "ray_kvmoq.bench.connector:connector",
         "vLLM loading prefix KV through the connector vs recomputing it.",
     ),
-    "serve": ("ray_kvmoq.bench.serve:serve", "TTFT under a shared-prefix workload."),
+    "serve": (
+        "ray_kvmoq.bench.serve:serve",
+        "Ours vs stock Ray Serve LLM, driven by vLLM's benchmark client.",
+    ),
+    "load": (
+        "ray_kvmoq.bench.load:load",
+        "Many streaming clients, some hanging up: nothing lost, overload refused.",
+    ),
+    "soak": ("ray_kvmoq.bench.load:soak", "Long mixed traffic: memory flat, relays in budget."),
 }
 
 

@@ -418,6 +418,7 @@ class SchedulerSide:
 
     def request_finished(self, request: Request) -> tuple[bool, dict[str, Any] | None]:
         """Forget the request; a producer returns where each of its prompt's groups lives."""
+        self._count_finish(request)
         st = self._reqs.pop(request.request_id, None)
         if st is None or not st.producer:
             return False, None
@@ -433,6 +434,20 @@ class SchedulerSide:
             model=self.model, tokens=covered, chunk_size=self.conf.chunk_size, groups=tuple(groups)
         )
         return False, {PARAMS_KEY: params.to_json()}
+
+    def _count_finish(self, request: Request) -> None:
+        from vllm.v1.request import RequestStatus
+
+        if request.status != RequestStatus.FINISHED_ABORTED:
+            self.counters.add(requests_finished=1)
+            return
+        params = request.sampling_params
+        allowed = getattr(params, "max_tokens", None) or 0
+        self.counters.add(
+            requests_finished=1,
+            requests_aborted=1,
+            tokens_not_generated=max(0, allowed - request.num_output_tokens),
+        )
 
     def forget(self, req_ids: Iterable[str]) -> None:
         """Drop state of requests vLLM no longer tracks."""

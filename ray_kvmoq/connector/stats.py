@@ -54,6 +54,13 @@ class ConnectorCounters:
     """Directory lookups slower than ``lookup_timeout_s``."""
     pulls_declined: int = 0
     """Prefixes held on another node that were recomputed because the measured pull is slower."""
+    requests_finished: int = 0
+    """Requests the engine finished (any reason)."""
+    requests_aborted: int = 0
+    """Of those, requests aborted before their end (a client that went away, a cancelled call)."""
+    tokens_not_generated: int = 0
+    """Output tokens aborted requests were allowed but never generated (``max_tokens`` minus
+    the tokens they had): generation stopped when the client left."""
     encode_us: int = 0
     """Microseconds spent encoding."""
     decode_us: int = 0

@@ -91,7 +91,7 @@ class DataPlane:
         host: str,
         port: int = 0,
         security: ClusterSecurity | None = None,
-        idle_timeout_s: float = 5.0,
+        idle_timeout_s: float = 3.0,
         transport_options: dict[str, Any] | None = None,
     ) -> None:
         self.net = RelayNetwork(

@@ -359,7 +359,7 @@ class RelayNetwork:
         verifier: TokenVerifier | None = None,
         certfile: str | None = None,
         keyfile: str | None = None,
-        idle_timeout_s: float = 5.0,
+        idle_timeout_s: float = 3.0,
         transport_options: dict[str, Any] | None = None,
     ) -> None:
         self.node_id = node_id

@@ -196,3 +196,62 @@ def test_a_prefix_computed_on_one_node_is_pulled_over_moqt_by_a_replica_on_anoth
     }
     assert max(pulled.values()) >= 2 * 128 * 23_052, json.dumps(pulled)
     assert max(remote_tokens.values()) >= 256, json.dumps(remote_tokens)
+
+
+def _engine_counters_settled(before: dict[str, int], key: str, at_least: int) -> dict[str, int]:
+    """The engines' summed connector counters, once ``key`` grew by ``at_least`` (≤ 20 s: they
+    reach the board every 2 s)."""
+    import time
+
+    from ray_kvmoq.bench.load import engine_counters
+
+    deadline = time.monotonic() + 20
+    while True:
+        now = engine_counters()
+        if now.get(key, 0) - before.get(key, 0) >= at_least or time.monotonic() > deadline:
+            return now
+        time.sleep(1.0)
+
+
+def test_32_streaming_clients_a_fifth_hanging_up_lose_nothing_and_the_engines_stop_generating(
+    app: str,
+) -> None:
+    """32 closed-loop streaming clients for 30 s, 20 % hanging up after two chunks: every request
+    ends answered or disconnected on purpose (none lost, none errored), and vLLM's scheduler
+    aborted one request per hang-up, each before it generated its 128 allowed tokens."""
+    import asyncio
+
+    from ray_kvmoq.bench.load import Workload, drive, engine_counters, summarize
+
+    wl = Workload(model=MODEL, max_tokens=128, disconnect=0.2, prefix_words=300,
+                  request_timeout_s=240)  # fmt: skip
+    before = engine_counters()
+    outcomes = asyncio.run(drive(app, wl, clients=32, duration_s=30, seed=1))
+    s = summarize(outcomes, 30)
+    assert s["lost"] == 0 and s["error"] == 0 and s["refused"] == 0, json.dumps(s)
+    assert s["answered"] >= 8 and s["disconnected"] >= 2, json.dumps(s)
+    after = _engine_counters_settled(before, "requests_aborted", s["disconnected"])
+    aborted = after["requests_aborted"] - before.get("requests_aborted", 0)
+    unspent = after["tokens_not_generated"] - before.get("tokens_not_generated", 0)
+    assert aborted == s["disconnected"], (aborted, json.dumps(s))
+    assert unspent >= aborted, (unspent, aborted)
+
+
+def test_a_short_soak_keeps_every_relay_in_budget_and_total_memory_flat_after_warmup(app: str) -> None:
+    """The soak script's short version: 8 clients of mixed shared-prefix and unique prompts for
+    90 s, sampled every 5 s: nothing lost, every relay's cached bytes ≤ its budget at every
+    sample, and after 30 s of warm-up the cluster's total RSS and each node's object-store
+    bytes grow < 10 % (the 30-minute run: ``kvmoq bench soak``)."""
+    import asyncio
+
+    from ray_kvmoq.bench.load import Workload, descendants, soak_run
+
+    wl = Workload(model=MODEL, max_tokens=24, disconnect=0.1, prefix_words=300,
+                  request_timeout_s=240)  # fmt: skip
+    res = asyncio.run(soak_run(app, wl, 8, 90.0, 30.0, 5.0, descendants))
+    g = res["growth"]
+    assert res["lost"] == 0 and res["error"] == 0, json.dumps(res)
+    assert g["samples"] >= 10 and g["processes"] >= 5, json.dumps(g)
+    assert g["relay_over_budget_samples"] == 0, json.dumps(g)
+    assert g["rss_total_growth"] < 0.10, json.dumps(g)
+    assert g["store_growth"] is None or g["store_growth"] < 0.10, json.dumps(g)
