@@ -219,3 +219,44 @@ def test_source_relay_killed_while_bytes_are_in_flight_is_recomputed(engines: En
     assert got.token_ids == ref.token_ids
     assert _delta(after, before, "kvmoq_load_errors") == 1
     assert _delta(after, before, "kvmoq_tokens_loaded") < 8 * C
+
+
+def test_killed_relay_and_directory_come_back_and_reuse_resumes_within_30_s(
+    engines: Engines,
+) -> None:
+    """The head node's relay and the directory are killed (Ray restarts them: they are detached
+    and restartable, owned by no replica). Within 30 s of the kill a prompt computed by engine A
+    is loaded again by engine B on the other node over MoQT — a cache hit through the restarted
+    relay and the rebuilt directory — and B's answer is the answer without reuse."""
+    import ray
+
+    from ray_kvmoq.relay.actor import get_directory
+
+    e = engines
+    relay_a = e.relays[e.a_node]
+    first = ray.get(relay_a.get_incarnation.remote(), timeout=30)
+    ray.kill(get_directory(namespace=RAY_NAMESPACE), no_restart=False)
+    ray.kill(relay_a, no_restart=False)
+    t0 = time.monotonic()
+    prompt = e.tokens[2000 : 2000 + 2 * C + 9]
+    attempts = 0
+    while True:
+        attempts += 1
+        salt = fresh_salt()
+        try:
+            restarted = ray.get(relay_a.get_incarnation.remote(), timeout=10) != first
+        except ray.exceptions.RayActorError:
+            restarted = False
+        if restarted:
+            _gen(e.a, [prompt], cache_salt=salt, max_tokens=1)
+            _flush(e.a)
+            before = _metrics(e.b)
+            got = _gen(e.b, [prompt], cache_salt=salt, max_tokens=16)[0]
+            after = _metrics(e.b)
+            if _delta(after, before, "kvmoq_tokens_loaded") == 2 * C:
+                break
+        assert time.monotonic() - t0 < 30, f"no reuse 30 s after the kill ({attempts} tries)"
+        time.sleep(0.5)
+    assert got.num_cached_tokens == 2 * C
+    ref = _gen(e.b, [prompt], cache_salt=salt, kv_params=NO_REUSE, max_tokens=16)[0]
+    assert got.token_ids == ref.token_ids
