@@ -29,7 +29,7 @@ from typing import Any
 from ray_kvmoq.relay.actor import relay_name, start_relays
 from ray_kvmoq.relay.cache import CachedObject
 from ray_kvmoq.relay.directory import Location
-from ray_kvmoq.relay.packed import unpack_group
+from ray_kvmoq.relay.packed import PackedGroup, unpack_group
 
 from .config import ConnectorConfig
 from .figures import FiguresSnapshot, figures_board
@@ -216,7 +216,7 @@ class RelayBridge:
         namespace: Namespace,
         track: bytes,
         group_id: int,
-        objects: Sequence[CachedObject],
+        objects: Sequence[CachedObject] | PackedGroup,
         *,
         chunk_hash: bytes | None,
         end_of_track: bool = False,
@@ -228,7 +228,7 @@ class RelayBridge:
             namespace,
             track,
             group_id,
-            list(objects),
+            objects if isinstance(objects, PackedGroup) else list(objects),
             end_of_track=end_of_track,
             chunk_hash=chunk_hash,
             timeout_s=timeout_s,

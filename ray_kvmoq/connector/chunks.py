@@ -27,6 +27,7 @@ from ray_kvmoq.kvcache.integrity import KV_DIGEST_EXTENSION, attach_digest, veri
 from ray_kvmoq.kvcache.layout import KVGeometry, OutDType, parse_header
 from ray_kvmoq.kvcache.registry import get_codec
 from ray_kvmoq.relay.cache import CachedObject
+from ray_kvmoq.relay.packed import PackedGroup
 
 __all__ = ["CODEBOOK_GROUP", "Codebooks", "decode_group", "encode_chunk", "to_codec_input"]
 
@@ -47,15 +48,20 @@ def to_codec_input(chunk: torch.Tensor) -> np.ndarray:
 
 
 def encode_chunk(
-    track: bytes, chunk: torch.Tensor, *, codebook: bytes | None = None, key: bytes | None = None
-) -> list[CachedObject]:
-    """The group's objects: one per token, payload encoded by ``track``'s codec, digest (keyed
-    with the cluster's digest ``key`` when there is one) attached."""
+    track: bytes,
+    chunk: torch.Tensor,
+    group_id: int,
+    *,
+    codebook: bytes | None = None,
+    key: bytes | None = None,
+) -> PackedGroup:
+    """The group: one object per token, payload encoded by ``track``'s codec, digest (keyed
+    with the cluster's digest ``key`` when there is one) attached. The payloads are copied once,
+    into the group's one buffer, which the relay stores as it is (no copy on its side)."""
     payloads = get_codec(track).encode_chunk(to_codec_input(chunk), codebook=codebook)
-    return [
-        CachedObject(object_id=i, payload=p, extensions=(attach_digest(p, key),))
-        for i, p in enumerate(payloads)
-    ]
+    return PackedGroup.from_payloads(
+        group_id, payloads, [(attach_digest(p, key),) for p in payloads]
+    )
 
 
 def decode_group(
@@ -73,12 +79,12 @@ def decode_group(
     must match (keyed with ``key`` when the cluster has one: a forged object never verifies)
     and every header must carry ``geometry``.
     """
-    payloads: list[bytes] = []
+    payloads: list[bytes | memoryview] = []  # views of the group's buffer: no copy
     for i, o in enumerate(objects):
         if o.object_id != i:
             raise MalformedPayloadError(f"group has object {o.object_id} where {i} belongs")
         verify(o.payload, [(t, v) for t, v in o.extensions if t == KV_DIGEST_EXTENSION], key)
-        payloads.append(bytes(o.payload))
+        payloads.append(o.payload)
     if not payloads:
         raise MalformedPayloadError("empty group")
     head = parse_header(payloads[0])

@@ -326,7 +326,7 @@ class WorkerSide:
                         chunk_hash=None,
                     )
             objects = encode_chunk(
-                spec.track, chunk, codebook=codebook, key=self.bridge.digest_key()
+                spec.track, chunk, spec.group_id, codebook=codebook, key=self.bridge.digest_key()
             )
             encode_us = int((time.perf_counter() - t0) * 1e6)
             self.bridge.publish_group(
