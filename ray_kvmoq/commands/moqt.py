@@ -19,7 +19,6 @@ from typing import Any, TypeVar
 
 import click
 
-from ray_kvmoq.moqt.aio import TransportConfig
 from ray_kvmoq.moqt.api import (
     FullTrackName,
     MemoryTrack,
@@ -27,14 +26,14 @@ from ray_kvmoq.moqt.api import (
     MoqtConnection,
     MoqtObject,
     MoqtUrl,
+    SessionConfig,
     TrackServer,
+    TransportConfig,
     connect,
+    self_signed,
     serve,
 )
-from ray_kvmoq.moqt.certs import self_signed
-from ray_kvmoq.moqt.messages import AuthToken, Location
-from ray_kvmoq.moqt.session import SessionConfig
-from ray_kvmoq.moqt.types import FilterType, TokenAliasType
+from ray_kvmoq.moqt.codec import AuthToken, FilterType, Location, TokenAliasType
 
 __all__ = ["payload_for", "pub", "sub"]
 

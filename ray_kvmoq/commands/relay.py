@@ -158,7 +158,7 @@ def relay(
         raise click.UsageError("--cert and --key go together")
     verifier = TokenVerifier(_parse_keys(auth_keys)) if auth_keys else None
     if cert is None:
-        from ray_kvmoq.moqt.certs import self_signed, write_pem_files
+        from ray_kvmoq.moqt.api import self_signed, write_pem_files
 
         paths = write_pem_files(self_signed(), tempfile.mkdtemp(prefix="kvmoq-relay-"))
         cert, key = str(paths.certfile), str(paths.keyfile)

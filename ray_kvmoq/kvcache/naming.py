@@ -32,7 +32,7 @@ from enum import IntEnum
 
 import numpy as np
 
-from ..moqt.types import MAX_FULL_TRACK_NAME
+from ..moqt.codec import MAX_FULL_TRACK_NAME
 from .errors import KVNameError, UnknownCodecError
 
 KV_NAMESPACE_ROOT = b"moq://kvcache.moq.arpa/v1/"

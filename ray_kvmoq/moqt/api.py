@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from .aio import QuicEndpoint, TransportConfig, connect_quic, serve_quic
+from .aio import FastQuicProtocol, QuicEndpoint, TransportConfig, connect_quic, serve_quic
 from .api_types import (
     Cancelled,
     FetchRequest,
@@ -54,34 +54,59 @@ from .api_types import (
     SubscribeRequest,
     Subscription,
 )
+from .certs import (
+    CertificateAuthority,
+    LeafCertificate,
+    PemPaths,
+    generate_ca,
+    issue_certificate,
+    self_signed,
+    write_pem_files,
+)
 from .connection import MoqtConnection
-from .session import SessionConfig
+from .objects import Group
+from .session import MoqtSession, SessionConfig
 from .tracks import MemoryTrack, TrackServer, TrackSource
 
 __all__ = [
     "Cancelled",
+    "CertificateAuthority",
+    "FastQuicProtocol",
     "FetchRequest",
     "FetchStream",
     "FetchWriter",
     "FullTrackName",
+    "Group",
     "GroupWriter",
+    "LeafCertificate",
     "MemoryTrack",
     "MoqtApiError",
     "MoqtConnection",
     "MoqtObject",
     "MoqtServer",
+    "MoqtSession",
     "MoqtUrl",
     "NamespaceRequest",
+    "PemPaths",
     "Publication",
+    "QuicEndpoint",
     "RequestError",
     "SessionClosed",
+    "SessionConfig",
     "SessionHandler",
     "SubscribeRequest",
     "Subscription",
     "TrackServer",
     "TrackSource",
+    "TransportConfig",
     "connect",
+    "connect_quic",
+    "generate_ca",
+    "issue_certificate",
+    "self_signed",
     "serve",
+    "serve_quic",
+    "write_pem_files",
 ]
 
 MoqtError = MoqtApiError

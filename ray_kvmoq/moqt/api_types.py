@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import events as ev
-from .messages import AuthToken, Location
-from .objects import Extensions, Group, MoqtObject
-from .types import (
+from .codec import AuthToken, Location
+from .codec.types import (
     FetchErrorCode,
     FilterType,
     GroupOrder,
@@ -27,6 +26,7 @@ from .types import (
     SubscribeErrorCode,
     SubscribeNamespaceErrorCode,
 )
+from .objects import Extensions, Group, MoqtObject
 
 if TYPE_CHECKING:
     from .connection import MoqtConnection

@@ -38,9 +38,9 @@ from .api_types import (
     _Answerable,
     _ObjectQueue,
 )
-from .messages import AuthToken, Location
+from .codec import AuthToken, Location
+from .codec.types import FilterType, GroupOrder, ObjectStatus, SessionError, SubscribeErrorCode
 from .session import MoqtSession, SessionConfig
-from .types import FilterType, GroupOrder, ObjectStatus, SessionError, SubscribeErrorCode
 
 __all__ = ["MoqtConnection"]
 

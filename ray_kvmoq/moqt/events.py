@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .messages import AuthToken, Location, MessageParameters, SetupParameters
-from .types import FetchType, FilterType, GroupOrder, ObjectStatus
+from .codec import AuthToken, Location, MessageParameters, SetupParameters
+from .codec.types import FetchType, FilterType, GroupOrder, ObjectStatus
 
 __all__ = [
     "DataStreamReset",

@@ -31,8 +31,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .messages import Location
-from .types import ObjectStatus
+from .codec import Location
+from .codec.types import ObjectStatus
 
 __all__ = ["Extensions", "Group", "MoqtObject", "Payload"]
 

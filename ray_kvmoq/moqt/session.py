@@ -43,25 +43,7 @@ from aioquic.quic.events import (
     StreamReset,
 )
 
-from .errors import (
-    GoawayTimeout,
-    LocalProtocolError,
-    MalformedAuthority,
-    MalformedPath,
-    MoqtError,
-    ProtocolViolation,
-    VersionNegotiationFailed,
-)
-from .events import (
-    GoawayReceived,
-    MaxRequestIdRaised,
-    MoqtEvent,
-    RequestsBlockedReceived,
-    SessionTerminated,
-    SetupCompleted,
-)
-from .framer import ControlStreamParser
-from .messages import (
+from .codec import (
     ClientSetup,
     Fetch,
     FetchCancel,
@@ -95,13 +77,31 @@ from .messages import (
     Unsubscribe,
     UnsubscribeNamespace,
 )
+from .codec.control import ControlStreamParser
+from .codec.errors import (
+    GoawayTimeout,
+    LocalProtocolError,
+    MalformedAuthority,
+    MalformedPath,
+    MoqtError,
+    ProtocolViolation,
+    VersionNegotiationFailed,
+)
+from .codec.types import DRAFT_14, SessionError
+from .events import (
+    GoawayReceived,
+    MaxRequestIdRaised,
+    MoqtEvent,
+    RequestsBlockedReceived,
+    SessionTerminated,
+    SetupCompleted,
+)
 from .session_core import SessionConfig
 from .session_data import DataMixin, OutgoingFetchObject, OutgoingObject
 from .session_namespaces import NamespacesMixin
 from .session_requests import RequestsMixin
 from .session_subscribe import SubscriptionsMixin
 from .state import SessionInput, SubscriberSubInput
-from .types import DRAFT_14, SessionError
 
 __all__ = ["MoqtSession", "OutgoingFetchObject", "OutgoingObject", "SessionConfig"]
 

@@ -32,7 +32,10 @@ from typing import TYPE_CHECKING, TypeVar
 
 from aioquic.quic.connection import QuicConnection
 
-from .errors import (
+from .codec import AuthToken, Location, Message, Parameters, RequestsBlocked
+from .codec import MaxRequestId as MaxRequestIdMessage
+from .codec.control import encode_control
+from .codec.errors import (
     AuthTokenCacheOverflow,
     DuplicateAuthTokenAlias,
     InvalidRequestId,
@@ -41,9 +44,7 @@ from .errors import (
     TooManyRequests,
     UnknownAuthTokenAlias,
 )
-from .framer import encode_control
-from .messages import AuthToken, Location, Message, Parameters, RequestsBlocked
-from .messages import MaxRequestId as MaxRequestIdMessage
+from .codec.types import DEFAULT_MAX_OBJECT_SIZE, DRAFT_14, FilterType, TokenAliasType
 from .state import (
     FETCH_PUBLISHER,
     FETCH_SUBSCRIBER,
@@ -69,7 +70,6 @@ from .state import (
     TrackStatusInput,
     TrackStatusState,
 )
-from .types import DEFAULT_MAX_OBJECT_SIZE, DRAFT_14, FilterType, TokenAliasType
 
 if TYPE_CHECKING:
     from .events import MoqtEvent

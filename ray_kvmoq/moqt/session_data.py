@@ -28,7 +28,9 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .data import (
+from .codec.datagrams import ObjectDatagram, decode_datagram, encode_datagram
+from .codec.errors import LocalProtocolError, ProtocolViolation
+from .codec.streams import (
     DataEvent,
     DataStreamParser,
     FetchHeaderParsed,
@@ -42,8 +44,8 @@ from .data import (
     encode_subgroup_object,
     encode_subgroup_object_header,
 )
-from .data_datagram import ObjectDatagram, decode_datagram, encode_datagram
-from .errors import LocalProtocolError, ProtocolViolation
+from .codec.types import ObjectStatus, StreamResetCode
+from .codec.wire import KeyValuePairs
 from .events import (
     DataStreamReset,
     FetchStreamEnded,
@@ -54,8 +56,6 @@ from .events import (
 from .session_core import PublisherRecord, SessionCore
 from .state import FetchInput, FetchState, PublisherSubInput, SessionInput, SubscriberSubInput
 from .state import SubscriberSubState as SubState
-from .types import ObjectStatus, StreamResetCode
-from .wire import KeyValuePairs
 
 __all__ = ["DataMixin", "OutgoingFetchObject", "OutgoingObject"]
 

@@ -18,21 +18,7 @@ Invariants:
 
 from __future__ import annotations
 
-from .errors import LocalProtocolError
-from .events import (
-    MoqtEvent,
-    PublishNamespaceAccepted,
-    PublishNamespaceCancelled,
-    PublishNamespaceDone,
-    PublishNamespaceRejected,
-    PublishNamespaceRequested,
-    SubscribeNamespaceAccepted,
-    SubscribeNamespaceRejected,
-    SubscribeNamespaceRequested,
-    UnsubscribedNamespace,
-)
-from .framer import encode_control
-from .messages import (
+from .codec import (
     AuthToken,
     MessageParameters,
     PublishNamespace,
@@ -44,8 +30,22 @@ from .messages import (
     SubscribeNamespaceOk,
     UnsubscribeNamespace,
 )
-from .messages import (
+from .codec import (
     PublishNamespaceDone as PublishNamespaceDoneMsg,
+)
+from .codec.control import encode_control
+from .codec.errors import LocalProtocolError
+from .events import (
+    MoqtEvent,
+    PublishNamespaceAccepted,
+    PublishNamespaceCancelled,
+    PublishNamespaceDone,
+    PublishNamespaceRejected,
+    PublishNamespaceRequested,
+    SubscribeNamespaceAccepted,
+    SubscribeNamespaceRejected,
+    SubscribeNamespaceRequested,
+    UnsubscribedNamespace,
 )
 from .session_core import NamespaceRecord, SessionCore
 from .session_subscribe import with_tokens

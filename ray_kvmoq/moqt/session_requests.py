@@ -14,19 +14,7 @@ Invariants:
 
 from __future__ import annotations
 
-from .errors import LocalProtocolError, ProtocolViolation
-from .events import (
-    FetchAccepted,
-    FetchCancelled,
-    FetchRejected,
-    FetchRequested,
-    MoqtEvent,
-    TrackStatusReceived,
-    TrackStatusRejected,
-    TrackStatusRequested,
-)
-from .framer import encode_control
-from .messages import (
+from .codec import (
     AuthToken,
     Fetch,
     FetchCancel,
@@ -38,10 +26,22 @@ from .messages import (
     TrackStatusError,
     TrackStatusOk,
 )
+from .codec.control import encode_control
+from .codec.errors import LocalProtocolError, ProtocolViolation
+from .codec.types import FetchErrorCode, FetchType, FilterType, GroupOrder, StreamResetCode
+from .events import (
+    FetchAccepted,
+    FetchCancelled,
+    FetchRejected,
+    FetchRequested,
+    MoqtEvent,
+    TrackStatusReceived,
+    TrackStatusRejected,
+    TrackStatusRequested,
+)
 from .session_core import FetchRecord, SessionCore
 from .session_subscribe import with_tokens
 from .state import FetchInput, FetchState, TrackStatusInput
-from .types import FetchErrorCode, FetchType, FilterType, GroupOrder, StreamResetCode
 
 __all__ = ["RequestsMixin"]
 

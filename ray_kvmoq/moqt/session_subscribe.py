@@ -19,21 +19,7 @@ Invariants:
 
 from __future__ import annotations
 
-from .errors import DuplicateTrackAlias, LocalProtocolError, ProtocolViolation
-from .events import (
-    MoqtEvent,
-    PublishAccepted,
-    PublishDoneReceived,
-    PublishRejected,
-    PublishRequested,
-    SubscribeAccepted,
-    SubscribeRejected,
-    SubscribeRequested,
-    SubscribeUpdated,
-    Unsubscribed,
-)
-from .framer import encode_control
-from .messages import (
+from .codec import (
     AuthToken,
     Location,
     MessageParameters,
@@ -47,6 +33,21 @@ from .messages import (
     SubscribeUpdate,
     Unsubscribe,
 )
+from .codec.control import encode_control
+from .codec.errors import DuplicateTrackAlias, LocalProtocolError, ProtocolViolation
+from .codec.types import FilterType, GroupOrder, PublishDoneCode
+from .events import (
+    MoqtEvent,
+    PublishAccepted,
+    PublishDoneReceived,
+    PublishRejected,
+    PublishRequested,
+    SubscribeAccepted,
+    SubscribeRejected,
+    SubscribeRequested,
+    SubscribeUpdated,
+    Unsubscribed,
+)
 from .session_core import PublisherRecord, SessionCore, SubscriberRecord
 from .state import (
     PublisherSubInput,
@@ -54,7 +55,6 @@ from .state import (
     SubscriberSubInput,
     SubscriberSubState,
 )
-from .types import FilterType, GroupOrder, PublishDoneCode
 
 __all__ = ["SubscriptionsMixin", "resolve_start", "with_tokens"]
 

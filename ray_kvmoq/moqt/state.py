@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
-from .errors import LocalProtocolError, ProtocolViolation
+from .codec.errors import LocalProtocolError, ProtocolViolation
 
 __all__ = [
     "FETCH_PUBLISHER",

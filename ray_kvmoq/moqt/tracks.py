@@ -32,8 +32,8 @@ from .api_types import (
     SessionHandler,
     SubscribeRequest,
 )
-from .messages import AuthToken, Location
-from .types import FetchErrorCode, PublishDoneCode, SubscribeErrorCode
+from .codec import AuthToken, Location
+from .codec.types import FetchErrorCode, PublishDoneCode, SubscribeErrorCode
 
 if TYPE_CHECKING:
     from .api import MoqtConnection

@@ -17,8 +17,8 @@ Modules by role (imports: ``ray_kvmoq.moqt`` only, never ``kvcache``; ``ray`` on
 
 (``peers.py`` re-exports the upstream and security names for existing callers.)
 
-One object model on the whole KV path: :class:`~ray_kvmoq.moqt.objects.MoqtObject`
-(``CachedObject`` is the same class) and :class:`~ray_kvmoq.moqt.objects.Group` (one payload
+One object model on the whole KV path: :class:`~ray_kvmoq.moqt.api.MoqtObject`
+(``CachedObject`` is the same class) and :class:`~ray_kvmoq.moqt.api.Group` (one payload
 buffer + a row per object; ``PackedGroup`` is the same class). A chunk takes three shapes
 between the engine's encode and its decode: the codec's buffer, a ``Group`` (object store,
 cache, what MoQT writes from and reassembles into), and the wire.
@@ -44,7 +44,7 @@ Every method is awaited from async code (``await relay.m.remote(...)``):
 
 * ``publish_group(namespace, track, group_id, objects, *, end_of_track=False,
   chunk_hash=None) -> None`` — ``objects``: payload ``bytes`` (object ids 0..n-1),
-  ``CachedObject`` s, or one :class:`~ray_kvmoq.moqt.objects.Group` — one buffer + offsets
+  ``CachedObject`` s, or one :class:`~ray_kvmoq.moqt.api.Group` — one buffer + offsets
   table, e.g. ``Group.from_buffer(group_id, buf, lengths, extensions)`` (no copy) or
   ``Group.from_payloads(group_id, payloads, extensions)``; the relay stores a Group as it is.
   ``chunk_hash`` labels the group in the directory. RelayError 0x0 when the group cannot fit
@@ -90,7 +90,7 @@ event loop (uvloop) do not throttle it. Clusters whose relays talk over jumbo fr
     start_relays(..., network={"transport_options": {"max_datagram_size": 9000}})
     kvmoq relay --datagram 9000
 
-``transport_options`` takes any :class:`~ray_kvmoq.moqt.aio.TransportConfig` field. A peer's
+``transport_options`` takes any :class:`~ray_kvmoq.moqt.api.TransportConfig` field. A peer's
 smaller ``max_udp_payload_size`` still bounds the size, but nothing discovers the path MTU: a
 datagram larger than it is lost, so never set more than the network carries. qh3 sends at most
 16,384-byte datagrams (2-byte STREAM frame lengths). Measure with ``kvmoq bench relay``.

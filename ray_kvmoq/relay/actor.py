@@ -4,7 +4,7 @@ The only relay module that imports ``ray`` (STYLE rule 9: a thin shell over :cla
 which is tested without Ray).
 
 * :class:`RayGroupStore` puts each sealed group into the object store as one
-  :class:`~ray_kvmoq.moqt.objects.Group` (its one payload buffer travels out of band), so
+  :class:`~ray_kvmoq.moqt.api.Group` (its one payload buffer travels out of band), so
   actors on the same node map it without a copy. The relay actor owns those objects; eviction
   drops its reference, and Ray frees the memory once no reader holds a ref either.
 * ``RelayActor`` (async actor, ``num_cpus=0``, pinned to its node with
@@ -43,7 +43,7 @@ from typing import Any, TypeVar
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from ray_kvmoq.moqt.objects import Group, MoqtObject
+from ray_kvmoq.moqt.api import Group, MoqtObject
 
 from .cache import GroupKey, GroupStore, RelayCache
 from .directory import Directory, Location, NodeInfo
@@ -493,7 +493,7 @@ class RelayActor:
         chunk_hash: bytes | None = None,
     ) -> None:
         """Publish one complete group: payloads (object ids 0..n-1), objects (CachedObject /
-        MoqtObject), or one :class:`~ray_kvmoq.moqt.objects.Group` (one buffer + offsets)."""
+        MoqtObject), or one :class:`~ray_kvmoq.moqt.api.Group` (one buffer + offsets)."""
         relay = await self._ready()
         if isinstance(objects, Group):
             group = objects if objects.group_id == group_id else _regroup(objects, group_id)

@@ -3,12 +3,12 @@
 Design (STYLE rule 7; draft-14 §8 and docs/moqt-draft14.md §5):
 
 * The key of an object is ``(namespace, track, group, object)``. Objects are
-  :class:`~ray_kvmoq.moqt.objects.MoqtObject` s (``CachedObject`` is the same class) — payload,
+  :class:`~ray_kvmoq.moqt.api.MoqtObject` s (``CachedObject`` is the same class) — payload,
   status, extensions, publisher priority and subgroup — and the cache never looks inside a
   payload.
 * Objects may arrive one by one into an *open* group. When the group is known to be complete
   (End of Group, End of Track, or a whole group handed over at once) it is *sealed*: it becomes
-  one :class:`~ray_kvmoq.moqt.objects.Group` (one payload buffer, the objects as views of it)
+  one :class:`~ray_kvmoq.moqt.api.Group` (one payload buffer, the objects as views of it)
   in a pluggable :class:`GroupStore` (in memory here; the Ray actor plugs in a store that
   ``ray.put`` s each sealed group as one shared-memory buffer, so same-node actors read it
   without a copy). A whole group handed over as a ``Group`` is stored as it is (no copy).
@@ -42,8 +42,8 @@ from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from ray_kvmoq.moqt.objects import Group, MoqtObject
-from ray_kvmoq.moqt.types import ObjectStatus
+from ray_kvmoq.moqt.api import Group, MoqtObject
+from ray_kvmoq.moqt.codec import ObjectStatus
 
 __all__ = [
     "OBJECT_DOES_NOT_EXIST",
@@ -69,7 +69,7 @@ OBJECT_END_OF_GROUP = ObjectStatus.END_OF_GROUP
 OBJECT_END_OF_TRACK = ObjectStatus.END_OF_TRACK
 
 CachedObject = MoqtObject
-"""The relay's name for :class:`~ray_kvmoq.moqt.objects.MoqtObject` (one object type on the
+"""The relay's name for :class:`~ray_kvmoq.moqt.api.MoqtObject` (one object type on the
 whole KV path). ``subgroup_id`` is readable as an alias of ``subgroup``."""
 
 Namespace = tuple[bytes, ...]
@@ -258,7 +258,7 @@ class RelayCache:
     ) -> list[GroupKey]:
         """Store a whole group at once and seal it; returns the evicted groups.
 
-        A :class:`~ray_kvmoq.moqt.objects.Group` goes to the store as it is; a list of objects
+        A :class:`~ray_kvmoq.moqt.api.Group` goes to the store as it is; a list of objects
         is packed into one first (one copy). An identical group already sealed is ignored.
         Raises :class:`CacheFull` (nothing stored) when the group cannot fit.
         """
@@ -359,7 +359,7 @@ class RelayCache:
     def get_packed(
         self, namespace: Namespace, track: bytes, group_id: int, now: float
     ) -> Group | None:
-        """A sealed group as one :class:`~ray_kvmoq.moqt.objects.Group`, or None."""
+        """A sealed group as one :class:`~ray_kvmoq.moqt.api.Group`, or None."""
         g = self._live_group(namespace, track, group_id, now)
         if g is None or not g.sealed:
             self.counters.misses += 1

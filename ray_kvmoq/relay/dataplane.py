@@ -9,7 +9,7 @@ Transport-agnostic parts (the Ray actors that host them live in ``actor.py``):
   straight to the QUIC send buffer). Tokens are checked as on the relay's own endpoint.
 * :class:`DataPlane` is one endpoint: that server plus a pool of client sessions to other
   nodes' data planes; :meth:`DataPlane.pull` is one range FETCH whose groups come back as
-  :class:`~ray_kvmoq.moqt.objects.Group` s.
+  :class:`~ray_kvmoq.moqt.api.Group` s.
 * :class:`StripedUpstream` is the :class:`~.events.Upstream` a relay uses for a peer that runs
   data planes: live SUBSCRIBEs still go to the peer relay itself, and every ``fetch_groups``
   goes to one of the K local data planes, round robin, each talking to the peer's data plane
@@ -26,9 +26,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from ray_kvmoq.moqt import api
-from ray_kvmoq.moqt.messages import Location
-from ray_kvmoq.moqt.objects import Group
-from ray_kvmoq.moqt.types import FetchErrorCode, SubscribeErrorCode
+from ray_kvmoq.moqt.api import Group
+from ray_kvmoq.moqt.codec import FetchErrorCode, Location, SubscribeErrorCode
 
 from .auth import TokenVerifier
 from .directory import NodeInfo

@@ -30,11 +30,11 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from ray_kvmoq.moqt import api
-from ray_kvmoq.moqt.aio import TransportConfig
-from ray_kvmoq.moqt.messages import AuthToken, Location
-from ray_kvmoq.moqt.objects import MoqtObject
-from ray_kvmoq.moqt.types import (
+from ray_kvmoq.moqt.api import MoqtObject, TransportConfig
+from ray_kvmoq.moqt.codec import (
+    AuthToken,
     FilterType,
+    Location,
     ObjectStatus,
     PublishDoneCode,
     SubscribeErrorCode,
@@ -378,7 +378,7 @@ class RelayNetwork:
             token: Any = lambda: sec.peer_token(time.time())  # noqa: E731
         else:
             if certfile is None:
-                from ray_kvmoq.moqt.certs import self_signed
+                from ray_kvmoq.moqt.api import self_signed
 
                 leaf = self_signed((host, "localhost"))
                 self._server_tc = TransportConfig(
@@ -432,7 +432,7 @@ async def serve_plain_relay(
 ) -> AsyncIterator[tuple[Relay, int]]:
     """A standalone relay (no Ray, no directory): yields (relay, bound port).
 
-    ``transport_options``: :class:`~ray_kvmoq.moqt.aio.TransportConfig` fields, e.g.
+    ``transport_options``: :class:`~ray_kvmoq.moqt.api.TransportConfig` fields, e.g.
     ``{"max_datagram_size": 9000, "pacing": False}`` on a jumbo-frame LAN.
     """
     net = RelayNetwork(

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from ray_kvmoq.moqt.objects import Group, MoqtObject
+from ray_kvmoq.moqt.api import Group, MoqtObject
 
 from .directory import Directory, NodeInfo
 
@@ -94,7 +94,7 @@ class Upstream(Protocol):
         self, namespace: Namespace, track: bytes, first: int, last: int
     ) -> AsyncIterator[Group]:
         """The complete groups ``first..last`` (inclusive) the upstream has, ascending, each as
-        one :class:`~ray_kvmoq.moqt.objects.Group` (one FETCH for the whole range)."""
+        one :class:`~ray_kvmoq.moqt.api.Group` (one FETCH for the whole range)."""
         ...
 
 

@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
-from ray_kvmoq.moqt.objects import Group, MoqtObject
+from ray_kvmoq.moqt.api import Group, MoqtObject
 
 from .cache import GroupKey, InFlight, RelayCache
 from .events import INTERNAL_ERROR, TRACK_DOES_NOT_EXIST, RelayError, Upstream

@@ -3,7 +3,7 @@
 Transport-agnostic asyncio logic. It is driven from three sides:
 
 * **in-node publishers** (prefill, via the Ray actor) call :meth:`Relay.publish_group` (a
-  whole group: objects, or one :class:`~ray_kvmoq.moqt.objects.Group`) or
+  whole group: objects, or one :class:`~ray_kvmoq.moqt.api.Group`) or
   :meth:`Relay.publish_object`;
 * **downstream readers** — in-node actors, or MoQT sessions through ``downstream.py`` — call
   :meth:`Relay.subscribe` (live: cached groups first, then new ones as they arrive, then
@@ -42,7 +42,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
-from ray_kvmoq.moqt.objects import Group, MoqtObject
+from ray_kvmoq.moqt.api import Group, MoqtObject
 
 from .cache import (
     OBJECT_END_OF_GROUP,

@@ -1,6 +1,6 @@
 """Cluster trust between relays: a shared CA, per-relay leaf certificates and HMAC tokens.
 
-Relays share a cluster CA (a leaf certificate per relay host via ``ray_kvmoq.moqt.certs``;
+Relays share a cluster CA (a leaf certificate per relay host via ``ray_kvmoq.moqt.api``;
 clients verify peers against the CA, never ``verify_peer=False``) and HMAC token keys
 (:mod:`.auth` signs and verifies them); a relay presents a short-lived cluster token in
 CLIENT_SETUP and in every request, so a long-lived session never outlives its token's
@@ -19,14 +19,13 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from ray_kvmoq.moqt.certs import (
+from ray_kvmoq.moqt.api import (
     CertificateAuthority,
     LeafCertificate,
     generate_ca,
     issue_certificate,
 )
-from ray_kvmoq.moqt.messages import AuthToken
-from ray_kvmoq.moqt.types import TokenAliasType
+from ray_kvmoq.moqt.codec import AuthToken, TokenAliasType
 
 from .auth import TokenSigner, TokenVerifier
 

@@ -10,7 +10,7 @@ Our relays end each group with an END_OF_GROUP status object (see ``downstream.p
 :class:`SessionUpstream` turns those into :class:`~.events.GroupEnded` and END_OF_TRACK into
 :class:`~.events.TrackEnded`, so the cache stores exactly what the publisher published.
 :meth:`SessionUpstream.fetch_groups` asks for a whole range of groups with one FETCH and
-yields each as one :class:`~ray_kvmoq.moqt.objects.Group` as soon as the next one starts.
+yields each as one :class:`~ray_kvmoq.moqt.api.Group` as soon as the next one starts.
 """
 
 from __future__ import annotations
@@ -22,11 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ray_kvmoq.moqt import api
-from ray_kvmoq.moqt.aio import TransportConfig
-from ray_kvmoq.moqt.messages import AuthToken, Location
-from ray_kvmoq.moqt.objects import Group
-from ray_kvmoq.moqt.session_core import SessionConfig
-from ray_kvmoq.moqt.types import FilterType, ObjectStatus, PublishDoneCode
+from ray_kvmoq.moqt.api import Group, SessionConfig, TransportConfig
+from ray_kvmoq.moqt.codec import AuthToken, FilterType, Location, ObjectStatus, PublishDoneCode
 
 from .directory import NodeInfo
 from .events import GroupEnded, ObjectReceived, RelayError, TrackEnded, TrackEvent

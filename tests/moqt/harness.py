@@ -21,9 +21,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from ray_kvmoq.moqt.certs import self_signed
+from ray_kvmoq.moqt.codec.types import ALPN
 from ray_kvmoq.moqt.events import MoqtEvent, SessionTerminated, SetupCompleted
 from ray_kvmoq.moqt.session import MoqtSession, SessionConfig
-from ray_kvmoq.moqt.types import ALPN
 
 E = TypeVar("E")
 

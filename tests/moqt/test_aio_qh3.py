@@ -12,7 +12,7 @@ import pytest
 from ray_kvmoq.moqt import api
 from ray_kvmoq.moqt.aio import TransportConfig, resolve_backend
 from ray_kvmoq.moqt.certs import self_signed
-from ray_kvmoq.moqt.messages import Location
+from ray_kvmoq.moqt.codec import Location
 
 qh3 = pytest.importorskip("qh3")
 

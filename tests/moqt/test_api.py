@@ -31,10 +31,8 @@ from ray_kvmoq.moqt.api import (
     serve,
 )
 from ray_kvmoq.moqt.certs import self_signed
-from ray_kvmoq.moqt.events import SetupCompleted
-from ray_kvmoq.moqt.messages import AuthToken, Location
-from ray_kvmoq.moqt.session_core import SessionConfig
-from ray_kvmoq.moqt.types import (
+from ray_kvmoq.moqt.codec import AuthToken, Location
+from ray_kvmoq.moqt.codec.types import (
     FetchErrorCode,
     FilterType,
     ObjectStatus,
@@ -42,6 +40,8 @@ from ray_kvmoq.moqt.types import (
     SubscribeErrorCode,
     TokenAliasType,
 )
+from ray_kvmoq.moqt.events import SetupCompleted
+from ray_kvmoq.moqt.session_core import SessionConfig
 
 LEAF = self_signed()
 TRACK = FullTrackName.parse("a/b", "t")

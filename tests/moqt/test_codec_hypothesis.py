@@ -11,21 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ray_kvmoq.moqt.data import (
-    DataStreamParser,
-    FetchHeaderParsed,
-    ObjectParsed,
-    StreamFinished,
-    SubgroupHeaderParsed,
-    encode_fetch_header,
-    encode_fetch_object,
-    encode_subgroup_header,
-    encode_subgroup_object,
-)
-from ray_kvmoq.moqt.data_datagram import ObjectDatagram, decode_datagram, encode_datagram
-from ray_kvmoq.moqt.errors import MoqtError, NeedMoreData
-from ray_kvmoq.moqt.framer import ControlStreamParser, decode_control, encode_control
-from ray_kvmoq.moqt.messages import (
+from ray_kvmoq.moqt.codec import (
     MESSAGE_CLASSES,
     AuthToken,
     ClientSetup,
@@ -63,7 +49,21 @@ from ray_kvmoq.moqt.messages import (
     Unsubscribe,
     UnsubscribeNamespace,
 )
-from ray_kvmoq.moqt.types import (
+from ray_kvmoq.moqt.codec.control import ControlStreamParser, decode_control, encode_control
+from ray_kvmoq.moqt.codec.datagrams import ObjectDatagram, decode_datagram, encode_datagram
+from ray_kvmoq.moqt.codec.errors import MoqtError, NeedMoreData
+from ray_kvmoq.moqt.codec.streams import (
+    DataStreamParser,
+    FetchHeaderParsed,
+    ObjectParsed,
+    StreamFinished,
+    SubgroupHeaderParsed,
+    encode_fetch_header,
+    encode_fetch_object,
+    encode_subgroup_header,
+    encode_subgroup_object,
+)
+from ray_kvmoq.moqt.codec.types import (
     DRAFT_14,
     MAX_VARINT,
     DatagramType,
@@ -75,7 +75,7 @@ from ray_kvmoq.moqt.types import (
     SubgroupIdMode,
     TokenAliasType,
 )
-from ray_kvmoq.moqt.wire import decode_varint
+from ray_kvmoq.moqt.codec.wire import decode_varint
 from tests.moqt.test_vectors import CONTROL_VECTORS, DATAGRAM_VECTORS, STREAM_VECTORS
 
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

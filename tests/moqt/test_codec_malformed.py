@@ -15,9 +15,9 @@ from functools import partial
 
 import pytest
 
-from ray_kvmoq.moqt.data import DataStreamParser
-from ray_kvmoq.moqt.data_datagram import decode_datagram
-from ray_kvmoq.moqt.errors import (
+from ray_kvmoq.moqt.codec.control import ControlStreamParser, decode_control, read_control_frame
+from ray_kvmoq.moqt.codec.datagrams import decode_datagram
+from ray_kvmoq.moqt.codec.errors import (
     KeyValueFormattingError,
     LocalProtocolError,
     NeedMoreData,
@@ -26,9 +26,9 @@ from ray_kvmoq.moqt.errors import (
     UnknownMessageType,
     UnknownStreamType,
 )
-from ray_kvmoq.moqt.framer import ControlStreamParser, decode_control, read_control_frame
-from ray_kvmoq.moqt.types import DRAFT_14, SessionError
-from ray_kvmoq.moqt.wire import decode_varint, encode_varint
+from ray_kvmoq.moqt.codec.streams import DataStreamParser
+from ray_kvmoq.moqt.codec.types import DRAFT_14, SessionError
+from ray_kvmoq.moqt.codec.wire import decode_varint, encode_varint
 from tests.moqt.test_vectors import CONTROL_VECTORS, DATAGRAM_VECTORS, STREAM_VECTORS
 
 PV = SessionError.PROTOCOL_VIOLATION

@@ -7,7 +7,9 @@ from collections.abc import Callable
 
 import pytest
 
-from ray_kvmoq.moqt.data import (
+from ray_kvmoq.moqt.codec.datagrams import ObjectDatagram, decode_datagram, encode_datagram
+from ray_kvmoq.moqt.codec.errors import LocalProtocolError, ObjectTooLarge, ProtocolViolation
+from ray_kvmoq.moqt.codec.streams import (
     DataStreamParser,
     FetchHeaderParsed,
     ObjectParsed,
@@ -19,9 +21,7 @@ from ray_kvmoq.moqt.data import (
     encode_subgroup_object,
     encode_subgroup_object_header,
 )
-from ray_kvmoq.moqt.data_datagram import ObjectDatagram, decode_datagram, encode_datagram
-from ray_kvmoq.moqt.errors import LocalProtocolError, ObjectTooLarge, ProtocolViolation
-from ray_kvmoq.moqt.types import (
+from ray_kvmoq.moqt.codec.types import (
     DRAFT_14,
     DatagramType,
     DataStreamType,

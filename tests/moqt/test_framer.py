@@ -5,22 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ray_kvmoq.moqt.errors import (
-    KeyValueFormattingError,
-    LocalProtocolError,
-    MoqtError,
-    NeedMoreData,
-    ProtocolViolation,
-    RemoteProtocolError,
-    UnknownMessageType,
-)
-from ray_kvmoq.moqt.framer import (
-    ControlStreamParser,
-    decode_control,
-    encode_control,
-    read_control_frame,
-)
-from ray_kvmoq.moqt.messages import (
+from ray_kvmoq.moqt.codec import (
     AuthToken,
     ClientSetup,
     Fetch,
@@ -36,7 +21,22 @@ from ray_kvmoq.moqt.messages import (
     SubscribeOk,
     Unsubscribe,
 )
-from ray_kvmoq.moqt.types import (
+from ray_kvmoq.moqt.codec.control import (
+    ControlStreamParser,
+    decode_control,
+    encode_control,
+    read_control_frame,
+)
+from ray_kvmoq.moqt.codec.errors import (
+    KeyValueFormattingError,
+    LocalProtocolError,
+    MoqtError,
+    NeedMoreData,
+    ProtocolViolation,
+    RemoteProtocolError,
+    UnknownMessageType,
+)
+from ray_kvmoq.moqt.codec.types import (
     DRAFT_14,
     FetchType,
     FilterType,

@@ -11,7 +11,30 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ray_kvmoq.moqt.errors import LocalProtocolError
+from ray_kvmoq.moqt.codec import (
+    AuthToken,
+    ClientSetup,
+    FetchError,
+    Location,
+    MessageParameters,
+    ServerSetup,
+    SetupParameters,
+)
+from ray_kvmoq.moqt.codec.control import encode_control
+from ray_kvmoq.moqt.codec.errors import LocalProtocolError
+from ray_kvmoq.moqt.codec.types import (
+    DRAFT_14,
+    FetchErrorCode,
+    FetchType,
+    FilterType,
+    GroupOrder,
+    ObjectStatus,
+    PublishDoneCode,
+    SessionError,
+    StreamResetCode,
+    SubscribeErrorCode,
+    TokenAliasType,
+)
 from ray_kvmoq.moqt.events import (
     DataStreamReset,
     FetchAccepted,
@@ -48,31 +71,8 @@ from ray_kvmoq.moqt.events import (
     Unsubscribed,
     UnsubscribedNamespace,
 )
-from ray_kvmoq.moqt.framer import encode_control
-from ray_kvmoq.moqt.messages import (
-    AuthToken,
-    ClientSetup,
-    FetchError,
-    Location,
-    MessageParameters,
-    ServerSetup,
-    SetupParameters,
-)
 from ray_kvmoq.moqt.session import MoqtSession, SessionConfig
 from ray_kvmoq.moqt.state import SessionState
-from ray_kvmoq.moqt.types import (
-    DRAFT_14,
-    FetchErrorCode,
-    FetchType,
-    FilterType,
-    GroupOrder,
-    ObjectStatus,
-    PublishDoneCode,
-    SessionError,
-    StreamResetCode,
-    SubscribeErrorCode,
-    TokenAliasType,
-)
 
 from .harness import Harness
 

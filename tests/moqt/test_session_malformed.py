@@ -18,14 +18,7 @@ from aioquic.quic.events import StreamDataReceived
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ray_kvmoq.moqt.events import (
-    FetchRejected,
-    PublishDoneReceived,
-    SessionTerminated,
-    SubscribeRequested,
-)
-from ray_kvmoq.moqt.framer import encode_control
-from ray_kvmoq.moqt.messages import (
+from ray_kvmoq.moqt.codec import (
     AuthToken,
     ClientSetup,
     Fetch,
@@ -57,8 +50,8 @@ from ray_kvmoq.moqt.messages import (
     TrackStatusOk,
     Unsubscribe,
 )
-from ray_kvmoq.moqt.session import SessionConfig
-from ray_kvmoq.moqt.types import (
+from ray_kvmoq.moqt.codec.control import encode_control
+from ray_kvmoq.moqt.codec.types import (
     DRAFT_14,
     FetchErrorCode,
     FetchType,
@@ -68,7 +61,14 @@ from ray_kvmoq.moqt.types import (
     SessionError,
     TokenAliasType,
 )
-from ray_kvmoq.moqt.wire import encode_varint
+from ray_kvmoq.moqt.codec.wire import encode_varint
+from ray_kvmoq.moqt.events import (
+    FetchRejected,
+    PublishDoneReceived,
+    SessionTerminated,
+    SubscribeRequested,
+)
+from ray_kvmoq.moqt.session import SessionConfig
 
 from .harness import Harness, Peer
 

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ray_kvmoq.moqt import state as state_mod
-from ray_kvmoq.moqt.errors import LocalProtocolError, ProtocolViolation
+from ray_kvmoq.moqt.codec.errors import LocalProtocolError, ProtocolViolation
 from ray_kvmoq.moqt.state import (
     FETCH_SUBSCRIBER,
     NAMESPACE_REQUESTER,

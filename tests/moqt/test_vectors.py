@@ -9,15 +9,7 @@ from typing import Any
 
 import pytest
 
-from ray_kvmoq.moqt.data import (
-    DataStreamParser,
-    ObjectParsed,
-    StreamFinished,
-    SubgroupHeaderParsed,
-)
-from ray_kvmoq.moqt.data_datagram import ObjectDatagram, decode_datagram, encode_datagram
-from ray_kvmoq.moqt.framer import ControlStreamParser, decode_control, encode_control
-from ray_kvmoq.moqt.messages import (
+from ray_kvmoq.moqt.codec import (
     AuthToken,
     ClientSetup,
     Fetch,
@@ -45,7 +37,15 @@ from ray_kvmoq.moqt.messages import (
     Unsubscribe,
     UnsubscribeNamespace,
 )
-from ray_kvmoq.moqt.types import (
+from ray_kvmoq.moqt.codec.control import ControlStreamParser, decode_control, encode_control
+from ray_kvmoq.moqt.codec.datagrams import ObjectDatagram, decode_datagram, encode_datagram
+from ray_kvmoq.moqt.codec.streams import (
+    DataStreamParser,
+    ObjectParsed,
+    StreamFinished,
+    SubgroupHeaderParsed,
+)
+from ray_kvmoq.moqt.codec.types import (
     DRAFT_14,
     DataStreamType,
     FetchType,
@@ -54,7 +54,7 @@ from ray_kvmoq.moqt.types import (
     ObjectStatus,
     TokenAliasType,
 )
-from ray_kvmoq.moqt.wire import decode_varint, encode_varint
+from ray_kvmoq.moqt.codec.wire import decode_varint, encode_varint
 
 
 def h(text: str) -> bytes:
@@ -443,7 +443,7 @@ def test_empty_namespace_prefix_tolerated_only_with_flag() -> None:
     parser = ControlStreamParser(allow_empty_namespace_prefix=True)
     assert parser.feed(EMPTY_PREFIX) == [expected]
     assert encode_control(expected) == EMPTY_PREFIX
-    from ray_kvmoq.moqt.errors import ProtocolViolation
+    from ray_kvmoq.moqt.codec.errors import ProtocolViolation
 
     with pytest.raises(ProtocolViolation):
         ControlStreamParser().feed(EMPTY_PREFIX)
@@ -477,7 +477,7 @@ def test_stream_vector(label: str, wire: bytes, expected: list) -> None:
 
 def test_stream_vectors_reencode() -> None:
     """Re-encode each parsed stream with the encoders and compare byte-exact."""
-    from ray_kvmoq.moqt.data import (
+    from ray_kvmoq.moqt.codec.streams import (
         FetchHeaderParsed,
         encode_fetch_header,
         encode_fetch_object,

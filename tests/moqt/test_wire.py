@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ray_kvmoq.moqt.errors import LocalProtocolError, NeedMoreData, ProtocolViolation
-from ray_kvmoq.moqt.types import MAX_VARINT
-from ray_kvmoq.moqt.wire import (
+from ray_kvmoq.moqt.codec.errors import LocalProtocolError, NeedMoreData, ProtocolViolation
+from ray_kvmoq.moqt.codec.types import MAX_VARINT
+from ray_kvmoq.moqt.codec.wire import (
     Reader,
     Writer,
     decode_varint,

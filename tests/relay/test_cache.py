@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ray_kvmoq.moqt.objects import Group
+from ray_kvmoq.moqt.api import Group
 from ray_kvmoq.relay.cache import (
     OBJECT_DOES_NOT_EXIST,
     OBJECT_END_OF_GROUP,

@@ -12,11 +12,8 @@ from typing import Any
 import pytest
 
 from ray_kvmoq.moqt import api
-from ray_kvmoq.moqt.aio import TransportConfig
-from ray_kvmoq.moqt.messages import AuthToken, Location
-from ray_kvmoq.moqt.session_core import SessionConfig
-from ray_kvmoq.moqt.tracks import MemoryTrack, TrackServer
-from ray_kvmoq.moqt.types import FilterType, ObjectStatus, TokenAliasType
+from ray_kvmoq.moqt.api import MemoryTrack, SessionConfig, TrackServer, TransportConfig
+from ray_kvmoq.moqt.codec import AuthToken, FilterType, Location, ObjectStatus, TokenAliasType
 from ray_kvmoq.relay.auth import TokenSigner, TokenVerifier
 from ray_kvmoq.relay.downstream import serve_plain_relay
 

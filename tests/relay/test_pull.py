@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from ray_kvmoq.moqt.objects import Group
+from ray_kvmoq.moqt.api import Group
 from ray_kvmoq.relay.cache import RelayCache
 from ray_kvmoq.relay.directory import Directory, NodeInfo
 from ray_kvmoq.relay.downstream import RelayNetwork

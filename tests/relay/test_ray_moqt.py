@@ -215,10 +215,8 @@ def test_wrong_or_expired_token_is_refused(cluster_relays: dict[str, Any]) -> No
     import ray
 
     from ray_kvmoq.moqt import api
-    from ray_kvmoq.moqt.aio import TransportConfig
-    from ray_kvmoq.moqt.messages import AuthToken, Location
-    from ray_kvmoq.moqt.session_core import SessionConfig
-    from ray_kvmoq.moqt.types import TokenAliasType
+    from ray_kvmoq.moqt.api import SessionConfig, TransportConfig
+    from ray_kvmoq.moqt.codec import AuthToken, Location, TokenAliasType
     from ray_kvmoq.relay.auth import TokenSigner
 
     sec = cluster_relays["security"]

@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from ray_kvmoq.moqt.objects import Group
-from ray_kvmoq.moqt.types import ObjectStatus
+from ray_kvmoq.moqt.api import Group
+from ray_kvmoq.moqt.codec import ObjectStatus
 from ray_kvmoq.relay.cache import CachedObject, RelayCache
 from ray_kvmoq.relay.directory import Directory, NodeInfo
 from ray_kvmoq.relay.packed import pack_group, unpack_group

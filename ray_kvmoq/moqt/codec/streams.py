@@ -28,14 +28,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .data_encode import (
-    encode_fetch_header,
-    encode_fetch_object,
-    encode_fetch_object_header,
-    encode_subgroup_header,
-    encode_subgroup_object,
-    encode_subgroup_object_header,
-)
 from .errors import (
     LocalProtocolError,
     MoqtError,
@@ -43,6 +35,14 @@ from .errors import (
     ObjectTooLarge,
     ProtocolViolation,
     UnknownStreamType,
+)
+from .streams_encode import (
+    encode_fetch_header,
+    encode_fetch_object,
+    encode_fetch_object_header,
+    encode_subgroup_header,
+    encode_subgroup_object,
+    encode_subgroup_object_header,
 )
 from .types import (
     DEFAULT_MAX_OBJECT_SIZE,

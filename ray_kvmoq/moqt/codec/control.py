@@ -1,4 +1,4 @@
-"""Control-message framing for MoQT draft-14 (d14 §9): stateless encode/decode and an
+"""Control-message framing for MoQT (d14 §9): stateless encode/decode and an
 incremental control-stream parser.
 
 Frame layout: ``Message Type (i) | Message Length (16) | Message Payload (..)``.
@@ -6,8 +6,10 @@ Frame layout: ``Message Type (i) | Message Length (16) | Message Payload (..)``.
 Design (moxygen's framer/codec split; moq's ``DecodeError::Short``):
 
 * :func:`encode_control` and :func:`decode_control` are pure functions over one message, with
-  the version passed explicitly. Per-message payload codecs live in :mod:`.framer_track` and
-  :mod:`.framer_session`; this module holds the dispatch tables.
+  the version passed explicitly. Each message family's module (:mod:`.setup`, :mod:`.goaway`,
+  :mod:`.subscribe`, :mod:`.publish`, :mod:`.fetch`, :mod:`.track_status`, :mod:`.namespace`)
+  holds its dataclasses, payload codecs and ``CODECS`` registry entries; this module assembles
+  the dispatch tables from them and frames payloads.
 * :class:`ControlStreamParser` reassembles frames across arbitrary chunking. A frame prefix that
   is not complete yet simply waits (that is :class:`NeedMoreData` territory); once the declared
   length is complete, the payload must decode exactly, else :class:`ProtocolViolation`.
@@ -22,11 +24,9 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
-from . import framer_session as s
-from . import framer_track as t
+from . import fetch, goaway, namespace, publish, setup, subscribe, track_status
 from .errors import (
     LocalProtocolError,
     MoqtError,
@@ -34,34 +34,32 @@ from .errors import (
     ProtocolViolation,
     UnknownMessageType,
 )
-from .framer_common import DecodeOptions
-from .messages import (
-    MESSAGE_CLASSES,
-    FetchCancel,
-    FetchError,
-    MaxRequestId,
-    Message,
-    PublishError,
+from .fetch import Fetch, FetchCancel, FetchError, FetchOk
+from .fields import DecodeOptions
+from .goaway import Goaway
+from .namespace import (
+    PublishNamespace,
+    PublishNamespaceCancel,
+    PublishNamespaceDone,
     PublishNamespaceError,
     PublishNamespaceOk,
-    RequestsBlocked,
-    Subscribe,
-    SubscribeError,
+    SubscribeNamespace,
     SubscribeNamespaceError,
     SubscribeNamespaceOk,
-    SubscribeOk,
-    TrackStatus,
-    TrackStatusError,
-    TrackStatusOk,
-    Unsubscribe,
+    UnsubscribeNamespace,
 )
+from .publish import Publish, PublishDone, PublishError, PublishOk
+from .setup import ClientSetup, MaxRequestId, RequestsBlocked, ServerSetup
+from .subscribe import Subscribe, SubscribeError, SubscribeOk, SubscribeUpdate, Unsubscribe
+from .track_status import TrackStatus, TrackStatusError, TrackStatusOk
 from .types import DRAFT_14, MAX_CONTROL_PAYLOAD, MessageType
 from .wire import Reader, Writer, decode_varint
 
 __all__ = [
+    "MESSAGE_CLASSES",
     "SUPPORTED_VERSIONS",
     "ControlStreamParser",
-    "DecodeOptions",
+    "Message",
     "decode_control",
     "encode_control",
     "read_control_frame",
@@ -70,77 +68,56 @@ __all__ = [
 SUPPORTED_VERSIONS = frozenset({DRAFT_14})
 """Versions this codec implements."""
 
+Message = (
+    ClientSetup
+    | ServerSetup
+    | Goaway
+    | MaxRequestId
+    | RequestsBlocked
+    | Subscribe
+    | SubscribeOk
+    | SubscribeError
+    | SubscribeUpdate
+    | Unsubscribe
+    | PublishDone
+    | Publish
+    | PublishOk
+    | PublishError
+    | Fetch
+    | FetchOk
+    | FetchError
+    | FetchCancel
+    | TrackStatus
+    | TrackStatusOk
+    | TrackStatusError
+    | PublishNamespace
+    | PublishNamespaceOk
+    | PublishNamespaceError
+    | PublishNamespaceDone
+    | PublishNamespaceCancel
+    | SubscribeNamespace
+    | SubscribeNamespaceOk
+    | SubscribeNamespaceError
+    | UnsubscribeNamespace
+)
+"""Any control message."""
+
 _U16 = struct.Struct(">H")
 
 _Decoder = Callable[[Reader, DecodeOptions], Message]
 
-_ENCODERS: dict[MessageType, Callable[[Writer, Any], None]] = {
-    MessageType.CLIENT_SETUP: s.enc_client_setup,
-    MessageType.SERVER_SETUP: s.enc_server_setup,
-    MessageType.GOAWAY: s.enc_goaway,
-    MessageType.MAX_REQUEST_ID: s.enc_limit,
-    MessageType.REQUESTS_BLOCKED: s.enc_limit,
-    MessageType.SUBSCRIBE: t.enc_subscribe,
-    MessageType.SUBSCRIBE_OK: t.enc_subscribe_ok,
-    MessageType.SUBSCRIBE_ERROR: t.enc_error,
-    MessageType.SUBSCRIBE_UPDATE: t.enc_subscribe_update,
-    MessageType.UNSUBSCRIBE: t.enc_request_id,
-    MessageType.PUBLISH_DONE: t.enc_publish_done,
-    MessageType.PUBLISH: t.enc_publish,
-    MessageType.PUBLISH_OK: t.enc_publish_ok,
-    MessageType.PUBLISH_ERROR: t.enc_error,
-    MessageType.FETCH: t.enc_fetch,
-    MessageType.FETCH_OK: t.enc_fetch_ok,
-    MessageType.FETCH_ERROR: t.enc_error,
-    MessageType.FETCH_CANCEL: t.enc_request_id,
-    MessageType.TRACK_STATUS: t.enc_subscribe,
-    MessageType.TRACK_STATUS_OK: t.enc_subscribe_ok,
-    MessageType.TRACK_STATUS_ERROR: t.enc_error,
-    MessageType.PUBLISH_NAMESPACE: s.enc_publish_namespace,
-    MessageType.PUBLISH_NAMESPACE_OK: s.enc_ns_ok,
-    MessageType.PUBLISH_NAMESPACE_ERROR: s.enc_ns_error,
-    MessageType.PUBLISH_NAMESPACE_DONE: s.enc_publish_namespace_done,
-    MessageType.PUBLISH_NAMESPACE_CANCEL: s.enc_publish_namespace_cancel,
-    MessageType.SUBSCRIBE_NAMESPACE: s.enc_subscribe_namespace,
-    MessageType.SUBSCRIBE_NAMESPACE_OK: s.enc_ns_ok,
-    MessageType.SUBSCRIBE_NAMESPACE_ERROR: s.enc_ns_error,
-    MessageType.UNSUBSCRIBE_NAMESPACE: s.enc_unsubscribe_namespace,
-}
-
-_DECODERS: dict[int, _Decoder] = {
-    MessageType.CLIENT_SETUP: s.dec_client_setup,
-    MessageType.SERVER_SETUP: s.dec_server_setup,
-    MessageType.GOAWAY: s.dec_goaway,
-    MessageType.MAX_REQUEST_ID: partial(s.dec_limit, MaxRequestId),
-    MessageType.REQUESTS_BLOCKED: partial(s.dec_limit, RequestsBlocked),
-    MessageType.SUBSCRIBE: partial(t.dec_subscribe, Subscribe),
-    MessageType.SUBSCRIBE_OK: partial(t.dec_subscribe_ok, SubscribeOk),
-    MessageType.SUBSCRIBE_ERROR: partial(t.dec_error, SubscribeError),
-    MessageType.SUBSCRIBE_UPDATE: t.dec_subscribe_update,
-    MessageType.UNSUBSCRIBE: partial(t.dec_request_id, Unsubscribe),
-    MessageType.PUBLISH_DONE: t.dec_publish_done,
-    MessageType.PUBLISH: t.dec_publish,
-    MessageType.PUBLISH_OK: t.dec_publish_ok,
-    MessageType.PUBLISH_ERROR: partial(t.dec_error, PublishError),
-    MessageType.FETCH: t.dec_fetch,
-    MessageType.FETCH_OK: t.dec_fetch_ok,
-    MessageType.FETCH_ERROR: partial(t.dec_error, FetchError),
-    MessageType.FETCH_CANCEL: partial(t.dec_request_id, FetchCancel),
-    MessageType.TRACK_STATUS: partial(t.dec_subscribe, TrackStatus),
-    MessageType.TRACK_STATUS_OK: partial(t.dec_subscribe_ok, TrackStatusOk),
-    MessageType.TRACK_STATUS_ERROR: partial(t.dec_error, TrackStatusError),
-    MessageType.PUBLISH_NAMESPACE: s.dec_publish_namespace,
-    MessageType.PUBLISH_NAMESPACE_OK: partial(s.dec_ns_ok, PublishNamespaceOk),
-    MessageType.PUBLISH_NAMESPACE_ERROR: partial(s.dec_ns_error, PublishNamespaceError),
-    MessageType.PUBLISH_NAMESPACE_DONE: s.dec_publish_namespace_done,
-    MessageType.PUBLISH_NAMESPACE_CANCEL: s.dec_publish_namespace_cancel,
-    MessageType.SUBSCRIBE_NAMESPACE: s.dec_subscribe_namespace,
-    MessageType.SUBSCRIBE_NAMESPACE_OK: partial(s.dec_ns_ok, SubscribeNamespaceOk),
-    MessageType.SUBSCRIBE_NAMESPACE_ERROR: partial(s.dec_ns_error, SubscribeNamespaceError),
-    MessageType.UNSUBSCRIBE_NAMESPACE: s.dec_unsubscribe_namespace,
-}
-
-assert set(_ENCODERS) == set(_DECODERS) == set(MESSAGE_CLASSES)
+_FAMILIES = (setup, goaway, subscribe, publish, fetch, track_status, namespace)
+_ENCODERS: dict[MessageType, Callable[[Writer, Any], None]] = {}
+_DECODERS: dict[int, _Decoder] = {}
+MESSAGE_CLASSES: dict[MessageType, type[Message]] = {}
+"""The message class for every MessageType."""
+for _family in _FAMILIES:
+    for _type, (_cls, _enc, _dec) in _family.CODECS.items():
+        assert _type not in MESSAGE_CLASSES and _cls.TYPE is _type, _type
+        MESSAGE_CLASSES[_type] = _cls
+        _ENCODERS[_type] = _enc
+        _DECODERS[_type] = _dec
+assert set(MESSAGE_CLASSES) == set(MessageType), set(MessageType) - set(MESSAGE_CLASSES)
 
 
 def _check_version(version: int) -> None:
