@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, ClassVar
@@ -275,7 +276,7 @@ class ACCodec(KVCodec):
 
     def decode_objects(
         self,
-        objects: list[bytes],
+        objects: Sequence[bytes | memoryview],
         geometry: KVGeometry,
         *,
         dtype: OutDType = "float32",
@@ -334,7 +335,7 @@ class ACCodec(KVCodec):
         return from_token_major(vals, geometry, dtype)
 
     @staticmethod
-    def _check_header(i: int, obj: bytes, want: ObjectHeader, fixed: int) -> None:
+    def _check_header(i: int, obj: bytes | memoryview, want: ObjectHeader, fixed: int) -> None:
         got = parse_header(obj)
         if got.codec != CodecId.AC:
             raise UnknownCodecError(f"AC decoder got a {got.codec.name} object ({i})")

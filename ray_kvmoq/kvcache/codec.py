@@ -19,6 +19,7 @@ Contract (``KVCodec``):
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -78,7 +79,7 @@ class KVCodec(ABC):
     @abstractmethod
     def decode_objects(
         self,
-        objects: list[bytes],
+        objects: Sequence[bytes | memoryview],
         geometry: KVGeometry,
         *,
         dtype: OutDType = "float32",
@@ -131,7 +132,7 @@ class _FixedCodec(KVCodec):
 
     def decode_objects(
         self,
-        objects: list[bytes],
+        objects: Sequence[bytes | memoryview],
         geometry: KVGeometry,
         *,
         dtype: OutDType = "float32",

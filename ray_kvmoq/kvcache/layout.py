@@ -16,7 +16,7 @@ from __future__ import annotations
 import struct
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -216,7 +216,7 @@ def from_token_major(
     return np.ascontiguousarray(shaped.transpose(1, 2, 3, 0, 4))
 
 
-def join_objects(objects: list[bytes], size: int, what: str) -> np.ndarray:
+def join_objects(objects: Sequence[bytes | memoryview], size: int, what: str) -> np.ndarray:
     """Fixed-size objects → a ``[T, size]`` uint8 matrix; a wrong length raises Truncated."""
     if not objects:
         raise TruncatedPayloadError("no objects to decode")

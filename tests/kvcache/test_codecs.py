@@ -75,6 +75,23 @@ def test_each_object_decodes_alone(
     assert np.array_equal(picked[:, :, :, 1], whole[:, :, :, 3])
 
 
+@pytest.mark.parametrize("name", TRACK_NAMES)
+def test_objects_decode_from_views_of_one_buffer_as_from_bytes(
+    name: bytes, kv: np.ndarray, geo: KVGeometry, codebook: bytes
+) -> None:
+    """The connector decodes loaded groups from memoryviews of the group's one buffer (the
+    object store's shared memory), without copying each object out first."""
+    codec = get_codec(name)
+    objs = codec.encode_chunk(kv, codebook=codebook)
+    buf = memoryview(b"".join(objs))
+    views, at = [], 0
+    for o in objs:
+        views.append(buf[at : at + len(o)])
+        at += len(o)
+    from_views = codec.decode_objects(views, geo, codebook=codebook)
+    assert np.array_equal(from_views, codec.decode_objects(objs, geo, codebook=codebook))
+
+
 @pytest.mark.parametrize("name", [b"FP16", b"BF16", b"FP8", b"Int8", b"Int4"])
 def test_reencode_of_decoded_is_byte_identical(
     name: bytes, kv: np.ndarray, geo: KVGeometry
