@@ -48,6 +48,7 @@ _BENCHES: dict[str, tuple[str, str]] = {
         "Many streaming clients, some hanging up: nothing lost, overload refused.",
     ),
     "soak": ("ray_kvmoq.bench.load:soak", "Long mixed traffic: memory flat, relays in budget."),
+    "impair": ("ray_kvmoq.bench.impair:impair", "Relay pulls through loss, delay, blackouts."),
 }
 
 
