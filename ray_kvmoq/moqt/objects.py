@@ -5,7 +5,7 @@ object-store form, so a KV chunk takes the same shape from the publisher's encod
 subscriber's decode (see ``docs/benchmarks.md``, "shapes per chunk"):
 
 * :class:`MoqtObject` — one object: group, subgroup and object ids, publisher priority,
-  :class:`~ray_kvmoq.moqt.types.ObjectStatus`, extension headers and an opaque payload
+  :class:`~ray_kvmoq.moqt.codec.types.ObjectStatus`, extension headers and an opaque payload
   (``bytes`` or a read-only ``memoryview`` of its group's buffer).
 * :class:`Group` — a complete group: every payload back to back in **one buffer**, plus one
   row per object (object id, status, priority, subgroup, offset, length) and each object's

@@ -1,4 +1,4 @@
-"""The MoQT draft-14 session: a sans-I/O state machine layered on an aioquic ``QuicConnection``.
+"""The MoQT session: a sans-I/O state machine layered on an aioquic ``QuicConnection``.
 
 Shape (STYLE rules 1-2, after aioquic's ``H3Connection``): the session owns no socket, task or
 clock. The application (or :mod:`.aio`) feeds every ``QuicEvent`` of the connection to
@@ -8,16 +8,21 @@ clock. The application (or :mod:`.aio`) feeds every ``QuicEvent`` of the connect
 is with aioquic. ``get_timer``/``handle_timer`` drive the few timeouts (data parked for unknown
 track aliases, GOAWAY, PUBLISH_DONE lingering).
 
-Layers: :mod:`.framer` and :mod:`.data` turn bytes into messages and objects; the lifecycles
-live in the transition tables of :mod:`.state`; this class routes QUIC events to handlers in
-:mod:`.session_subscribe` (SUBSCRIBE/PUBLISH), :mod:`.session_requests` (FETCH,
-TRACK_STATUS), :mod:`.session_namespaces` (PUBLISH_NAMESPACE, SUBSCRIBE_NAMESPACE) and
-:mod:`.session_data` (data plane), which share :mod:`.session_core`.
+Layers: :mod:`.codec` turns bytes into messages and objects; the lifecycles live in the
+transition tables of :mod:`.state`. This class is a thin router over role objects that own
+their records: :class:`~.session_subscribe.Subscriptions` (SUBSCRIBE/PUBLISH),
+:class:`~.session_requests.Requests` (FETCH, TRACK_STATUS),
+:class:`~.session_namespaces.Namespaces` (PUBLISH_NAMESPACE, SUBSCRIBE_NAMESPACE) and
+:class:`~.session_data.DataStreams` (data plane); they share one
+:class:`~.session_core.RequestFlow` (request ids, control stream, session table). Control
+messages go to the handler each role lists in its ``HANDLERS``; the session itself handles only
+SETUP, GOAWAY, MAX_REQUEST_ID and REQUESTS_BLOCKED. Commands are the roles' methods,
+re-exported here with their signatures (``_delegate``).
 
 Errors: :meth:`handle_event` is the single entry point for peer input and catches every
-:class:`~ray_kvmoq.moqt.errors.MoqtError`: it closes the QUIC connection with
+:class:`~ray_kvmoq.moqt.codec.errors.MoqtError`: it closes the QUIC connection with
 ``exc.error_code`` and returns :class:`SessionTerminated`. Commands raise
-:class:`~ray_kvmoq.moqt.errors.LocalProtocolError` on misuse and never close the session.
+:class:`~ray_kvmoq.moqt.codec.errors.LocalProtocolError` on misuse and never close the session.
 
 Invariants:
 
@@ -31,7 +36,8 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from operator import attrgetter
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from aioquic.quic.connection import QuicConnection
 from aioquic.quic.events import (
@@ -44,38 +50,14 @@ from aioquic.quic.events import (
 )
 
 from .codec import (
+    MESSAGE_CLASSES,
     ClientSetup,
-    Fetch,
-    FetchCancel,
-    FetchError,
-    FetchOk,
     Goaway,
     MaxRequestId,
     Message,
-    Publish,
-    PublishDone,
-    PublishError,
-    PublishNamespace,
-    PublishNamespaceCancel,
-    PublishNamespaceDone,
-    PublishNamespaceError,
-    PublishNamespaceOk,
-    PublishOk,
     RequestsBlocked,
     ServerSetup,
     SetupParameters,
-    Subscribe,
-    SubscribeError,
-    SubscribeNamespace,
-    SubscribeNamespaceError,
-    SubscribeNamespaceOk,
-    SubscribeOk,
-    SubscribeUpdate,
-    TrackStatus,
-    TrackStatusError,
-    TrackStatusOk,
-    Unsubscribe,
-    UnsubscribeNamespace,
 )
 from .codec.control import ControlStreamParser
 from .codec.errors import (
@@ -87,7 +69,10 @@ from .codec.errors import (
     ProtocolViolation,
     VersionNegotiationFailed,
 )
-from .codec.types import DRAFT_14, SessionError
+from .codec.types import (
+    DRAFT_14,
+    SessionError,
+)
 from .events import (
     GoawayReceived,
     MaxRequestIdRaised,
@@ -96,20 +81,41 @@ from .events import (
     SessionTerminated,
     SetupCompleted,
 )
-from .session_core import SessionConfig
-from .session_data import DataMixin, OutgoingFetchObject, OutgoingObject
-from .session_namespaces import NamespacesMixin
-from .session_requests import RequestsMixin
-from .session_subscribe import SubscriptionsMixin
-from .state import SessionInput, SubscriberSubInput
+from .session_core import RequestFlow, SessionConfig
+from .session_data import DataStreams, OutgoingFetchObject, OutgoingObject
+from .session_namespaces import Namespaces
+from .session_requests import Requests
+from .session_subscribe import Subscriptions
+from .state import SessionInput, SessionState, SubscriberSubInput
 
 __all__ = ["MoqtSession", "OutgoingFetchObject", "OutgoingObject", "SessionConfig"]
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 SUPPORTED_VERSIONS: tuple[int, ...] = (DRAFT_14,)
 """Versions offered in CLIENT_SETUP / accepted from it, most preferred first."""
 
 
-class MoqtSession(SubscriptionsMixin, RequestsMixin, NamespacesMixin, DataMixin):
+def _delegate(
+    role: str, method: Callable[Concatenate[Any, _P], _R]
+) -> Callable[Concatenate[Any, _P], _R]:
+    """A session command that runs ``method`` on the role object held in attribute ``role``.
+
+    The commands live on the roles that own their records; the session re-exports them with
+    the role method's signature and docstring (mypy sees the exact signature).
+    """
+    get_role = attrgetter(role)
+
+    def command(self: Any, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        return method(get_role(self), *args, **kwargs)
+
+    command.__name__ = command.__qualname__ = method.__name__
+    command.__doc__ = method.__doc__
+    return command
+
+
+class MoqtSession:
     """One MoQT session over one aioquic ``QuicConnection`` (client or server role).
 
     Usage: create it right after the QUIC connection (client: call :meth:`setup`), pass every
@@ -120,12 +126,22 @@ class MoqtSession(SubscriptionsMixin, RequestsMixin, NamespacesMixin, DataMixin)
     def __init__(
         self, quic: QuicConnection, *, is_client: bool, config: SessionConfig | None = None
     ) -> None:
-        super().__init__(quic, is_client=is_client, config=config or SessionConfig())
-        self._init_data()
+        flow = RequestFlow(quic, is_client=is_client, config=config or SessionConfig())
+        self._flow = flow
+        self._subs = Subscriptions(flow)
+        self._requests = Requests(flow, self._subs)
+        self._namespaces = Namespaces(flow)
+        self._data = DataStreams(flow, self._subs, self._requests)
+        self._subs.data = self._requests.data = self._data
+        self._goaway_deadline: float | None = None
         self._control_parser = ControlStreamParser(allow_empty_namespace_prefix=True)
         self._handlers: dict[type, Callable[[Any, list[MoqtEvent]], None]] = {
             cls: getattr(self, name) for cls, name in _HANDLERS.items()
         }
+        self._requests_types: frozenset[type] = frozenset()
+        for role in (self._subs, self._requests, self._namespaces):
+            self._handlers.update({cls: getattr(role, n) for cls, n in role.HANDLERS.items()})
+            self._requests_types |= role.REQUESTS
 
     # ------------------------------------------------------------ entry points
 
@@ -135,21 +151,21 @@ class MoqtSession(SubscriptionsMixin, RequestsMixin, NamespacesMixin, DataMixin)
         Peer protocol errors close the session here (QUIC CONNECTION_CLOSE with the MoQT
         error code) and come back as a final :class:`SessionTerminated`.
         """
-        if self._terminated:
+        if self._flow.terminated:
             return []
-        self._now = now
+        self._flow.now = now
         out: list[MoqtEvent] = []
         try:
             if isinstance(event, StreamDataReceived):
                 self._on_stream_data(event, out)
             elif isinstance(event, DatagramFrameReceived):
-                self._on_datagram(event.data, out)
+                self._data.on_datagram(event.data, out)
             elif isinstance(event, StreamReset):
                 self._on_stream_reset(event, out)
             elif isinstance(event, StopSendingReceived):
-                if event.stream_id == self._control_stream_id:
+                if event.stream_id == self._flow.control_stream_id:
                     raise ProtocolViolation("peer sent STOP_SENDING on the control stream")
-                self._on_stop_sending(event.stream_id)
+                self._data.on_stop_sending(event.stream_id)
             elif isinstance(event, ConnectionTerminated):
                 self._on_connection_terminated(event, out)
                 return out
@@ -160,17 +176,17 @@ class MoqtSession(SubscriptionsMixin, RequestsMixin, NamespacesMixin, DataMixin)
 
     def get_timer(self) -> float | None:
         """The next time :meth:`handle_timer` must be called (None: no timer pending)."""
-        if self._terminated:
+        if self._flow.terminated:
             return None
-        times = [t for t in (self._goaway_deadline, self._parked_deadline()) if t is not None]
-        times.extend(self._lingering.values())
+        times = [t for t in (self._goaway_deadline, self._data.parked_deadline()) if t is not None]
+        times.extend(self._subs.lingering.values())
         return min(times) if times else None
 
     def handle_timer(self, now: float) -> list[MoqtEvent]:
         """Run expired timers; may fail the session (GOAWAY_TIMEOUT, unknown aliases)."""
-        if self._terminated:
+        if self._flow.terminated:
             return []
-        self._now = now
+        self._flow.now = now
         try:
             self._run_timers(now)
         except MoqtError as exc:
@@ -181,25 +197,27 @@ class MoqtSession(SubscriptionsMixin, RequestsMixin, NamespacesMixin, DataMixin)
 
     def setup(self) -> int:
         """Client: open the control stream and send CLIENT_SETUP; returns the stream id."""
-        if not self._is_client:
+        if not self._flow.is_client:
             raise LocalProtocolError("only the client sends CLIENT_SETUP")
-        self._session.apply(SessionInput.SEND_CLIENT_SETUP)
-        self._control_stream_id = self._quic.get_next_available_stream_id(is_unidirectional=False)
-        cfg = self._config
-        self._send(
+        self._flow.machine.apply(SessionInput.SEND_CLIENT_SETUP)
+        self._flow.control_stream_id = self._flow.quic.get_next_available_stream_id(
+            is_unidirectional=False
+        )
+        cfg = self._flow.config
+        self._flow.send(
             ClientSetup(
                 versions=SUPPORTED_VERSIONS,
                 parameters=SetupParameters.build(
                     path=cfg.path,
                     authority=cfg.authority,
-                    max_request_id=self._granted,
+                    max_request_id=self._flow.granted,
                     max_auth_token_cache_size=cfg.max_auth_token_cache_size or None,
                     implementation=cfg.implementation,
                     auth_tokens=cfg.auth_tokens,
                 ),
             )
         )
-        return self._control_stream_id
+        return self._flow.control_stream_id
 
     def goaway(self, new_session_uri: bytes = b"", *, now: float | None = None) -> None:
         """Ask the peer to move to a new session (GOAWAY). Clients must send an empty URI.
@@ -207,46 +225,130 @@ class MoqtSession(SubscriptionsMixin, RequestsMixin, NamespacesMixin, DataMixin)
         With ``SessionConfig.goaway_timeout`` the session closes with GOAWAY_TIMEOUT that long
         after ``now`` (default: the time of the last event handled).
         """
-        if self._is_client and new_session_uri:
+        if self._flow.is_client and new_session_uri:
             raise LocalProtocolError("a client's GOAWAY carries no new session URI (d14 §9.4)")
-        self._session.apply(SessionInput.SEND_GOAWAY)
-        self._send(Goaway(new_session_uri=new_session_uri))
-        if self._config.goaway_timeout is not None:
-            start = self._now if now is None else now
-            self._goaway_deadline = start + self._config.goaway_timeout
+        self._flow.machine.apply(SessionInput.SEND_GOAWAY)
+        self._flow.send(Goaway(new_session_uri=new_session_uri))
+        if self._flow.config.goaway_timeout is not None:
+            start = self._flow.now if now is None else now
+            self._goaway_deadline = start + self._flow.config.goaway_timeout
 
     def raise_max_request_id(self, max_request_id: int) -> None:
         """Let the peer use request ids below ``max_request_id`` (MAX_REQUEST_ID)."""
-        self._grant(max_request_id)
+        self._flow.grant(max_request_id)
 
     def close(self, error_code: int = SessionError.NO_ERROR, reason: str = "") -> list[MoqtEvent]:
         """Close the session (QUIC CONNECTION_CLOSE with ``error_code``).
 
         Returns the :class:`SessionTerminated` event (empty if already terminated).
         """
-        if self._terminated:
+        if self._flow.terminated:
             return []
         return [self._fail(error_code, reason)]
 
     @property
     def terminated(self) -> bool:
         """True once the session has ended (either side)."""
-        return self._terminated
+        return self._flow.terminated
+
+    # ------------------------------------------------------------ state
+
+    @property
+    def is_client(self) -> bool:
+        """True for the client role (even request ids, sends CLIENT_SETUP)."""
+        return self._flow.is_client
+
+    @property
+    def state(self) -> SessionState:
+        """Current session state."""
+        return self._flow.machine.state
+
+    @property
+    def version(self) -> int:
+        """MoQT version in use."""
+        return self._flow.version
+
+    @property
+    def peer_max_request_id(self) -> int:
+        """The peer's limit on our request ids (0 until SETUP, or if it advertised none)."""
+        return self._flow.peer_limit
+
+    @property
+    def next_request_id(self) -> int:
+        """The request id our next request will use."""
+        return self._flow.next_request_id
+
+    @property
+    def granted_max_request_id(self) -> int:
+        """The MAX_REQUEST_ID we last granted the peer."""
+        return self._flow.granted
+
+    @property
+    def can_send_request(self) -> bool:
+        """True when a new request fits the peer's limit (or the limit is not enforced)."""
+        flow = self._flow
+        return not flow.limit_enforced() or flow.next_request_id < flow.peer_limit
+
+    # ------------------------------------------------------------ commands, owned by the roles
+
+    # Subscriptions (session_subscribe.py)
+    subscribe = _delegate("_subs", Subscriptions.subscribe)
+    subscribe_update = _delegate("_subs", Subscriptions.subscribe_update)
+    unsubscribe = _delegate("_subs", Subscriptions.unsubscribe)
+    publish_ok = _delegate("_subs", Subscriptions.publish_ok)
+    publish_error = _delegate("_subs", Subscriptions.publish_error)
+    accept_subscribe = _delegate("_subs", Subscriptions.accept_subscribe)
+    reject_subscribe = _delegate("_subs", Subscriptions.reject_subscribe)
+    publish = _delegate("_subs", Subscriptions.publish)
+    publish_done = _delegate("_subs", Subscriptions.publish_done)
+
+    # Requests (session_requests.py)
+    fetch = _delegate("_requests", Requests.fetch)
+    joining_fetch = _delegate("_requests", Requests.joining_fetch)
+    fetch_cancel = _delegate("_requests", Requests.fetch_cancel)
+    accept_fetch = _delegate("_requests", Requests.accept_fetch)
+    reject_fetch = _delegate("_requests", Requests.reject_fetch)
+    track_status = _delegate("_requests", Requests.track_status)
+    track_status_ok = _delegate("_requests", Requests.track_status_ok)
+    track_status_error = _delegate("_requests", Requests.track_status_error)
+
+    # Namespaces (session_namespaces.py)
+    publish_namespace = _delegate("_namespaces", Namespaces.publish_namespace)
+    accept_publish_namespace = _delegate("_namespaces", Namespaces.accept_publish_namespace)
+    reject_publish_namespace = _delegate("_namespaces", Namespaces.reject_publish_namespace)
+    publish_namespace_done = _delegate("_namespaces", Namespaces.publish_namespace_done)
+    publish_namespace_cancel = _delegate("_namespaces", Namespaces.publish_namespace_cancel)
+    subscribe_namespace = _delegate("_namespaces", Namespaces.subscribe_namespace)
+    accept_subscribe_namespace = _delegate("_namespaces", Namespaces.accept_subscribe_namespace)
+    reject_subscribe_namespace = _delegate("_namespaces", Namespaces.reject_subscribe_namespace)
+    unsubscribe_namespace = _delegate("_namespaces", Namespaces.unsubscribe_namespace)
+
+    # DataStreams (session_data.py)
+    open_subgroup = _delegate("_data", DataStreams.open_subgroup)
+    write_object = _delegate("_data", DataStreams.write_object)
+    write_objects = _delegate("_data", DataStreams.write_objects)
+    end_subgroup = _delegate("_data", DataStreams.end_subgroup)
+    reset_subgroup = _delegate("_data", DataStreams.reset_subgroup)
+    open_fetch_stream = _delegate("_data", DataStreams.open_fetch_stream)
+    write_fetch_object = _delegate("_data", DataStreams.write_fetch_object)
+    write_fetch_objects = _delegate("_data", DataStreams.write_fetch_objects)
+    end_fetch_stream = _delegate("_data", DataStreams.end_fetch_stream)
+    send_datagram_object = _delegate("_data", DataStreams.send_datagram_object)
 
     # ------------------------------------------------------------ QUIC event routing
 
     def _on_stream_data(self, event: StreamDataReceived, out: list[MoqtEvent]) -> None:
         sid = event.stream_id
         if sid & 0x2:
-            if bool(sid & 0x1) == (not self._is_client):
+            if bool(sid & 0x1) == (not self._flow.is_client):
                 return  # our own unidirectional stream: nothing to receive
-            if self._session.allows(SessionInput.RECV_DATA):
-                self._session.apply(SessionInput.RECV_DATA)
-            self._on_data_stream(sid, event.data, event.end_stream, out)
+            if self._flow.machine.allows(SessionInput.RECV_DATA):
+                self._flow.machine.apply(SessionInput.RECV_DATA)
+            self._data.on_data_stream(sid, event.data, event.end_stream, out)
             return
-        if self._control_stream_id is None and not self._is_client and not sid & 0x1:
-            self._control_stream_id = sid
-        if sid != self._control_stream_id:
+        if self._flow.control_stream_id is None and not self._flow.is_client and not sid & 0x1:
+            self._flow.control_stream_id = sid
+        if sid != self._flow.control_stream_id:
             raise ProtocolViolation(f"unexpected bidirectional stream {sid}")
         for msg in self._control_parser.feed(event.data, fin=event.end_stream):
             self._dispatch(msg, out)
@@ -256,44 +358,44 @@ class MoqtSession(SubscriptionsMixin, RequestsMixin, NamespacesMixin, DataMixin)
     def _on_stream_reset(self, event: StreamReset, out: list[MoqtEvent]) -> None:
         if not event.stream_id & 0x2:
             raise ProtocolViolation(f"peer reset bidirectional stream {event.stream_id}")
-        self._on_data_stream_reset(event.stream_id, event.error_code, out)
+        self._data.on_data_stream_reset(event.stream_id, event.error_code, out)
 
     def _on_connection_terminated(self, event: ConnectionTerminated, out: list[MoqtEvent]) -> None:
-        self._terminated = True
-        self._session.apply(SessionInput.TERMINATED)
+        self._flow.terminated = True
+        self._flow.machine.apply(SessionInput.TERMINATED)
         out.append(
             SessionTerminated(error_code=event.error_code, reason=event.reason_phrase, by_peer=True)
         )
 
     def _fail(self, error_code: int, reason: str) -> SessionTerminated:
-        self._terminated = True
-        self._session.apply(SessionInput.SEND_CLOSE)
-        self._quic.close(error_code=int(error_code), reason_phrase=reason)
+        self._flow.terminated = True
+        self._flow.machine.apply(SessionInput.SEND_CLOSE)
+        self._flow.quic.close(error_code=int(error_code), reason_phrase=reason)
         return SessionTerminated(error_code=int(error_code), reason=reason, by_peer=False)
 
     def _run_timers(self, now: float) -> None:
         if self._goaway_deadline is not None and now >= self._goaway_deadline:
             raise GoawayTimeout("peer did not close the session after GOAWAY")
-        if self._parked_by_alias:
-            self._check_parked(now)
-        for rid, deadline in list(self._lingering.items()):
+        if self._data.parked_by_alias:
+            self._data.check_parked(now)
+        for rid, deadline in list(self._subs.lingering.items()):
             if now >= deadline:
-                rec = self._subs_out.get(rid)
-                self._lingering.pop(rid, None)
+                rec = self._subs.subs_out.get(rid)
+                self._subs.lingering.pop(rid, None)
                 if rec is not None:
                     rec.machine.apply(SubscriberSubInput.STREAMS_COMPLETE)
-                    self._drop_subscriber(rec)
-                    self._abandon(rid)  # a PUBLISH_DONE may still arrive after UNSUBSCRIBE
+                    self._subs.drop_subscriber(rec)
+                    self._flow.abandon(rid)  # a PUBLISH_DONE may still arrive after UNSUBSCRIBE
 
     def _dispatch(self, msg: Message, out: list[MoqtEvent]) -> None:
-        if type(msg) not in _REQUESTS and type(msg) not in _SESSION_LEVEL:
-            self._session.apply(SessionInput.RECV_CONTROL)
+        if type(msg) not in self._requests_types and type(msg) not in _SESSION_LEVEL:
+            self._flow.machine.apply(SessionInput.RECV_CONTROL)
         self._handlers[type(msg)](msg, out)
 
     # ------------------------------------------------------------ session-level messages
 
     def _on_client_setup(self, msg: ClientSetup, out: list[MoqtEvent]) -> None:
-        self._session.apply(SessionInput.RECV_CLIENT_SETUP)
+        self._flow.machine.apply(SessionInput.RECV_CLIENT_SETUP)
         version = next((v for v in SUPPORTED_VERSIONS if v in msg.versions), None)
         if version is None:
             offered = ", ".join(f"{v:#x}" for v in msg.versions)
@@ -301,40 +403,40 @@ class MoqtSession(SubscriptionsMixin, RequestsMixin, NamespacesMixin, DataMixin)
         params = msg.parameters
         _check_path(params.path)
         _check_authority(params.authority)
-        tokens = self._tokens(params)
+        tokens = self._flow.tokens(params)
         self._set_peer_limit(params.max_request_id)
-        self._version = version
-        cfg = self._config
-        self._send(
+        self._flow.version = version
+        cfg = self._flow.config
+        self._flow.send(
             ServerSetup(
                 selected_version=version,
                 parameters=SetupParameters.build(
-                    max_request_id=self._granted,
+                    max_request_id=self._flow.granted,
                     max_auth_token_cache_size=cfg.max_auth_token_cache_size or None,
                     implementation=cfg.implementation,
                     auth_tokens=cfg.auth_tokens,
                 ),
             )
         )
-        self._session.apply(SessionInput.SEND_SERVER_SETUP)
+        self._flow.machine.apply(SessionInput.SEND_SERVER_SETUP)
         out.append(self._setup_completed(params, tokens))
 
     def _on_server_setup(self, msg: ServerSetup, out: list[MoqtEvent]) -> None:
-        self._session.apply(SessionInput.RECV_SERVER_SETUP)
+        self._flow.machine.apply(SessionInput.RECV_SERVER_SETUP)
         if msg.selected_version not in SUPPORTED_VERSIONS:
             raise VersionNegotiationFailed(
                 f"server selected version {msg.selected_version:#x}, which we did not offer"
             )
-        self._version = msg.selected_version
-        tokens = self._tokens(msg.parameters)
+        self._flow.version = msg.selected_version
+        tokens = self._flow.tokens(msg.parameters)
         self._set_peer_limit(msg.parameters.max_request_id)
         out.append(self._setup_completed(msg.parameters, tokens))
 
     def _setup_completed(self, params: SetupParameters, tokens: tuple[Any, ...]) -> SetupCompleted:
         return SetupCompleted(
-            version=self._version,
+            version=self._flow.version,
             parameters=params,
-            peer_max_request_id=self._peer_limit,
+            peer_max_request_id=self._flow.peer_limit,
             path=params.path,
             authority=params.authority,
             auth_tokens=tokens,
@@ -343,27 +445,27 @@ class MoqtSession(SubscriptionsMixin, RequestsMixin, NamespacesMixin, DataMixin)
 
     def _set_peer_limit(self, value: int | None) -> None:
         if value is not None:
-            self._peer_limit = value
-            self._peer_limit_known = True
+            self._flow.peer_limit = value
+            self._flow.peer_limit_known = True
 
     def _on_goaway(self, msg: Goaway, out: list[MoqtEvent]) -> None:
-        self._session.apply(SessionInput.RECV_GOAWAY)
-        if not self._is_client and msg.new_session_uri:
+        self._flow.machine.apply(SessionInput.RECV_GOAWAY)
+        if not self._flow.is_client and msg.new_session_uri:
             raise ProtocolViolation("a client's GOAWAY must not carry a new session URI")
         out.append(GoawayReceived(new_session_uri=msg.new_session_uri))
 
     def _on_max_request_id(self, msg: MaxRequestId, out: list[MoqtEvent]) -> None:
-        if self._peer_limit_known and msg.max_request_id <= self._peer_limit:
+        if self._flow.peer_limit_known and msg.max_request_id <= self._flow.peer_limit:
             raise ProtocolViolation(
-                f"MAX_REQUEST_ID {msg.max_request_id} does not exceed {self._peer_limit}"
+                f"MAX_REQUEST_ID {msg.max_request_id} does not exceed {self._flow.peer_limit}"
             )
-        self._peer_limit = msg.max_request_id
-        self._peer_limit_known = True
+        self._flow.peer_limit = msg.max_request_id
+        self._flow.peer_limit_known = True
         out.append(MaxRequestIdRaised(max_request_id=msg.max_request_id))
 
     def _on_requests_blocked(self, msg: RequestsBlocked, out: list[MoqtEvent]) -> None:
         out.append(RequestsBlockedReceived(max_request_id=msg.max_request_id))
-        self._maybe_grant()  # credit freed since our last MAX_REQUEST_ID goes out now
+        self._flow.maybe_grant()  # credit freed since our last MAX_REQUEST_ID goes out now
 
 
 def _check_path(path: bytes | None) -> None:
@@ -386,40 +488,12 @@ _HANDLERS: dict[type, str] = {
     Goaway: "_on_goaway",
     MaxRequestId: "_on_max_request_id",
     RequestsBlocked: "_on_requests_blocked",
-    Subscribe: "_on_subscribe",
-    SubscribeOk: "_on_subscribe_ok",
-    SubscribeError: "_on_subscribe_error",
-    SubscribeUpdate: "_on_subscribe_update",
-    Unsubscribe: "_on_unsubscribe",
-    PublishDone: "_on_publish_done",
-    Publish: "_on_publish",
-    PublishOk: "_on_publish_ok",
-    PublishError: "_on_publish_error",
-    Fetch: "_on_fetch",
-    FetchOk: "_on_fetch_ok",
-    FetchError: "_on_fetch_error",
-    FetchCancel: "_on_fetch_cancel",
-    TrackStatus: "_on_track_status",
-    TrackStatusOk: "_on_track_status_ok",
-    TrackStatusError: "_on_track_status_error",
-    PublishNamespace: "_on_publish_namespace",
-    PublishNamespaceOk: "_on_publish_namespace_ok",
-    PublishNamespaceError: "_on_publish_namespace_error",
-    PublishNamespaceDone: "_on_publish_namespace_done",
-    PublishNamespaceCancel: "_on_publish_namespace_cancel",
-    SubscribeNamespace: "_on_subscribe_namespace",
-    SubscribeNamespaceOk: "_on_subscribe_namespace_ok",
-    SubscribeNamespaceError: "_on_subscribe_namespace_error",
-    UnsubscribeNamespace: "_on_unsubscribe_namespace",
 }
-"""Handler method of every control message type."""
-
-_REQUESTS = frozenset(
-    {Subscribe, SubscribeUpdate, Fetch, Publish, PublishNamespace, SubscribeNamespace, TrackStatus}
-)
-"""Messages that open a request (their handlers validate the request id, d14 §9.1)."""
+"""Handler method of every session-level control message (the roles declare their own)."""
 
 _SESSION_LEVEL = frozenset({ClientSetup, ServerSetup, Goaway})
 """Messages whose handlers drive the session table themselves."""
 
-assert set(_HANDLERS) >= _REQUESTS | _SESSION_LEVEL
+assert set(_HANDLERS).union(
+    *(role.HANDLERS for role in (Subscriptions, Requests, Namespaces))
+) == set(MESSAGE_CLASSES.values()), "every control message has exactly one handler"

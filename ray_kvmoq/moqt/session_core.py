@@ -1,26 +1,31 @@
-"""Shared state of a MoQT session: configuration, request records, request-id flow control.
+"""What the roles of a MoQT session share: configuration, request records, request-id flow control.
 
-:class:`~ray_kvmoq.moqt.session.MoqtSession` is assembled from mixins (subscriptions in
-:mod:`.session_subscribe`, FETCH and TRACK_STATUS in :mod:`.session_requests`, namespaces in
-:mod:`.session_namespaces`, the data plane in :mod:`.session_data`); they all derive from
-:class:`SessionCore`, which owns every attribute and the helpers they share. Nothing here does
-I/O: writes go through the aioquic ``QuicConnection``, which only buffers.
+:class:`~ray_kvmoq.moqt.session.MoqtSession` is a thin router over role objects, each owning
+its records: :class:`~.session_subscribe.Subscriptions` (SUBSCRIBE/PUBLISH, both sides, and the
+track aliases), :class:`~.session_requests.Requests` (FETCH, TRACK_STATUS),
+:class:`~.session_namespaces.Namespaces` (PUBLISH_NAMESPACE, SUBSCRIBE_NAMESPACE) and
+:class:`~.session_data.DataStreams` (data plane). They share one :class:`RequestFlow` (defined
+here): the QUIC connection and control stream, the session table, the version, request ids and
+MAX_REQUEST_ID, abandoned requests and the token-alias cache. A role reaches another role only
+through an explicit reference (``flow``, ``subs``, ``requests``, ``data``), never through shared
+attributes. Nothing here does I/O: writes go through the aioquic ``QuicConnection``, which only
+buffers.
 
 Invariants:
 
-* Every request is a record in exactly one dict, keyed by request id, holding a
+* Every request is a record in exactly one dict of its role, keyed by request id, holding a
   :class:`~ray_kvmoq.moqt.state.StateMachine`; a record leaves its dict when its machine
-  reaches ``CLOSED`` (``_drop_*`` helpers), so a response to it afterwards is "unknown" - a
+  reaches ``CLOSED`` (``drop_*`` helpers), so a response to it afterwards is "unknown" - a
   PROTOCOL_VIOLATION, unless we *abandoned* the request first (FETCH_CANCEL,
   PUBLISH_NAMESPACE_DONE, UNSUBSCRIBE_NAMESPACE, PUBLISH_DONE before PUBLISH_OK, PUBLISH_ERROR,
   an UNSUBSCRIBE never answered): then a response crossing ours on the wire is dropped quietly
-  (``_abandoned``, bounded).
-* Request ids: ours are ``_next_request_id`` (client even, server odd, +2); the peer's must be
-  exactly ``_peer_next_id`` and below ``_granted`` (d14 §9.1). ``_peer_active`` holds the peer's
-  requests still open; MAX_REQUEST_ID is replenished from it (``_maybe_grant``).
+  (``RequestFlow.abandon``, bounded).
+* Request ids: ours are ``next_request_id`` (client even, server odd, +2); the peer's must be
+  exactly ``_peer_next_id`` and below ``granted`` (d14 §9.1). ``_peer_active`` holds the peer's
+  requests still open; MAX_REQUEST_ID is replenished from it (``maybe_grant``).
 * Every peer-driven collection is bounded: requests by the granted window, parked data by
   ``SessionConfig.unknown_alias_buffer_bytes``, retired aliases and abandoned ids by
-  ``_RETIRED_MAX``, the token cache by the size we advertised.
+  ``RETIRED_MAX``, the token cache by the size we advertised.
 """
 
 from __future__ import annotations
@@ -46,16 +51,8 @@ from .codec.errors import (
 )
 from .codec.types import DEFAULT_MAX_OBJECT_SIZE, DRAFT_14, FilterType, TokenAliasType
 from .state import (
-    FETCH_PUBLISHER,
-    FETCH_SUBSCRIBER,
-    NAMESPACE_REQUESTER,
-    NAMESPACE_RESPONDER,
     SESSION_CLIENT,
     SESSION_SERVER,
-    SUBSCRIPTION_PUBLISHER,
-    SUBSCRIPTION_SUBSCRIBER,
-    TRACK_STATUS_REQUESTER,
-    TRACK_STATUS_RESPONDER,
     FetchInput,
     FetchState,
     NamespaceInput,
@@ -72,13 +69,22 @@ from .state import (
 )
 
 if TYPE_CHECKING:
-    from .events import MoqtEvent
+    pass
 
-__all__ = ["SessionConfig", "SessionCore"]
+__all__ = [
+    "RETIRED_MAX",
+    "FetchRecord",
+    "NamespaceRecord",
+    "PublisherRecord",
+    "RequestFlow",
+    "SessionConfig",
+    "SubscriberRecord",
+    "TrackStatusRecord",
+]
 
 _R = TypeVar("_R")
 
-_RETIRED_MAX = 4096
+RETIRED_MAX = 4096
 """How many retired track aliases / stream ids we remember to drop late data quietly."""
 
 
@@ -177,230 +183,130 @@ class TrackStatusRecord:
     machine: StateMachine[TrackStatusState, TrackStatusInput]
 
 
-class SessionCore:
-    """State and shared helpers of a session; see the module docstring for invariants."""
+class RequestFlow:
+    """What every role of a session shares: the QUIC connection and control stream, the session
+    table, the negotiated version, request-id flow control (ours and the peer's), abandoned
+    requests, and the peer's authorization-token aliases. See the module docstring."""
 
     def __init__(self, quic: QuicConnection, *, is_client: bool, config: SessionConfig) -> None:
-        self._quic = quic
-        self._is_client = is_client
-        self._config = config
+        self.quic = quic
+        self.is_client = is_client
+        self.config = config
         table = SESSION_CLIENT if is_client else SESSION_SERVER
-        self._session: StateMachine[SessionState, SessionInput] = StateMachine(
+        self.machine: StateMachine[SessionState, SessionInput] = StateMachine(
             table, SessionState.CONNECTED
         )
-        self._version = DRAFT_14
-        self._control_stream_id: int | None = None
-        self._terminated = False
-        self._now = 0.0
+        self.version = DRAFT_14
+        self.control_stream_id: int | None = None
+        self.terminated = False
+        self.now = 0.0
         # Request ids (d14 §9.1).
-        self._next_request_id = 0 if is_client else 1
+        self.next_request_id = 0 if is_client else 1
         self._peer_next_id = 1 if is_client else 0
-        self._granted = config.max_request_id
-        self._peer_limit = 0
-        self._peer_limit_known = False
+        self.granted = config.max_request_id
+        self.peer_limit = 0
+        self.peer_limit_known = False
         self._blocked_sent_at: int | None = None
         self._peer_active: set[int] = set()
-        # Records, keyed by request id.
-        self._subs_out: dict[int, SubscriberRecord] = {}
-        self._subs_in: dict[int, PublisherRecord] = {}
-        self._fetch_out: dict[int, FetchRecord] = {}
-        self._fetch_in: dict[int, FetchRecord] = {}
-        self._pubns_out: dict[int, NamespaceRecord] = {}
-        self._pubns_in: dict[int, NamespaceRecord] = {}
-        self._subns_out: dict[int, NamespaceRecord] = {}
-        self._subns_in: dict[int, NamespaceRecord] = {}
-        self._ts_out: dict[int, TrackStatusRecord] = {}
-        self._ts_in: dict[int, TrackStatusRecord] = {}
-        # Track aliases: the peer's (we subscribe) and ours (we publish).
-        self._alias_in: dict[int, int] = {}
-        self._alias_out: dict[int, int] = {}
-        self._retired_aliases: OrderedDict[int, None] = OrderedDict()
         self._abandoned: OrderedDict[int, None] = OrderedDict()
-        self._next_alias = 0
-        self._lingering: dict[int, float] = {}
-        self._goaway_deadline: float | None = None
         # Authorization token aliases the peer registered with us (d14 §9.2.1.1).
         self._token_cache: dict[int, AuthToken] = {}
         self._token_cache_bytes = 0
 
-    # ---------------------------------------------------------------- state helpers
+    # ---------------------------------------------------------------- control stream
 
-    @property
-    def is_client(self) -> bool:
-        """True for the client role (even request ids, sends CLIENT_SETUP)."""
-        return self._is_client
+    def limit_enforced(self) -> bool:
+        return self.peer_limit_known or self.config.strict_request_limit
 
-    @property
-    def state(self) -> SessionState:
-        """Current session state."""
-        return self._session.state
-
-    @property
-    def version(self) -> int:
-        """MoQT version in use (draft-14)."""
-        return self._version
-
-    @property
-    def peer_max_request_id(self) -> int:
-        """The peer's limit on our request ids (0 until SETUP, or if it advertised none)."""
-        return self._peer_limit
-
-    @property
-    def next_request_id(self) -> int:
-        """The request id our next request will use."""
-        return self._next_request_id
-
-    @property
-    def granted_max_request_id(self) -> int:
-        """The MAX_REQUEST_ID we last granted the peer."""
-        return self._granted
-
-    @property
-    def can_send_request(self) -> bool:
-        """True when a new request fits the peer's limit (or the limit is not enforced)."""
-        return not self._limit_enforced() or self._next_request_id < self._peer_limit
-
-    def _limit_enforced(self) -> bool:
-        return self._peer_limit_known or self._config.strict_request_limit
-
-    def _send(self, msg: Message) -> None:
+    def send(self, msg: Message) -> None:
         """Encode one control message and buffer it on the control stream."""
-        assert self._control_stream_id is not None
-        self._quic.send_stream_data(self._control_stream_id, encode_control(msg))
+        assert self.control_stream_id is not None
+        self.quic.send_stream_data(self.control_stream_id, encode_control(msg))
 
-    def _send_control(self, msg: Message) -> None:
+    def send_control(self, msg: Message) -> None:
         """Send a non-request control message (responses, cancels, flow control)."""
-        self._send_raw_control(encode_control(msg))
+        self.send_raw_control(encode_control(msg))
 
-    def _send_raw_control(self, data: bytes) -> None:
+    def send_raw_control(self, data: bytes) -> None:
         """Send an already encoded non-request control message."""
-        self._session.apply(SessionInput.SEND_CONTROL)
-        assert self._control_stream_id is not None
-        self._quic.send_stream_data(self._control_stream_id, data)
+        self.machine.apply(SessionInput.SEND_CONTROL)
+        assert self.control_stream_id is not None
+        self.quic.send_stream_data(self.control_stream_id, data)
 
-    def _unknown_reference(self, rid: int, what: str) -> None:
+    def unknown_reference(self, rid: int, what: str) -> None:
         """A message naming a request we do not track: ignore it if that request existed."""
-        if not self._issued(rid):
+        if not self.issued(rid):
             raise ProtocolViolation(f"{what} names request id {rid}, which never existed")
-
-    def _drop_subscriber(self, rec: SubscriberRecord) -> None:
-        self._subs_out.pop(rec.request_id, None)
-        self._lingering.pop(rec.request_id, None)
-        self._retire_alias(rec.track_alias)
-        if not self._is_ours(rec.request_id):
-            self._peer_request_done(rec.request_id)
-
-    def _drop_publisher(self, rec: PublisherRecord) -> None:
-        self._subs_in.pop(rec.request_id, None)
-        if rec.track_alias is not None and self._alias_out.get(rec.track_alias) == rec.request_id:
-            del self._alias_out[rec.track_alias]
-        if not self._is_ours(rec.request_id):
-            self._peer_request_done(rec.request_id)
-
-    def _check_subscriber_done(self, rec: SubscriberRecord) -> None:
-        """Close a DONE subscription once every counted data stream has come and gone."""
-        if rec.machine.state is not SubscriberSubState.DONE or rec.open_streams:
-            return
-        if rec.expected_streams is not None and rec.streams_seen >= rec.expected_streams:
-            rec.machine.apply(SubscriberSubInput.STREAMS_COMPLETE)
-            self._drop_subscriber(rec)
-
-    # Hooks the data-plane mixin (session_data.DataMixin) defines; declared here, as typed
-    # attributes, so every control-plane mixin can call them and mypy checks the calls.
-
-    _alias_known: Callable[[int, list[MoqtEvent]], None]
-    """A track alias became known: replay data streams parked for it."""
-    _cancel_publisher_streams: Callable[[PublisherRecord], None]
-    """Reset every open subgroup stream of a subscription we publish."""
-    _stop_data_stream: Callable[[int], None]
-    """STOP_SENDING a data stream we receive and drop whatever else arrives on it."""
-    _reset_data_stream_quietly: Callable[[int, int], None]
-    """RESET a data stream we send; later writes to it are dropped silently."""
 
     # ---------------------------------------------------------------- request ids
 
-    def _start_request(self, build: Callable[[int], Message]) -> int:
+    def start_request(self, build: Callable[[int], Message]) -> int:
         """Send a new request built for our next request id (honouring MAX_REQUEST_ID).
 
         The message is encoded before the id is consumed, so an invalid request raises
         LocalProtocolError without leaving a gap in our request ids.
         """
-        self._session.apply(SessionInput.SEND_REQUEST)
-        rid = self._next_request_id
-        if self._limit_enforced() and rid >= self._peer_limit:
-            if self._blocked_sent_at != self._peer_limit:
-                self._blocked_sent_at = self._peer_limit
-                self._send(RequestsBlocked(max_request_id=self._peer_limit))
+        self.machine.apply(SessionInput.SEND_REQUEST)
+        rid = self.next_request_id
+        if self.limit_enforced() and rid >= self.peer_limit:
+            if self._blocked_sent_at != self.peer_limit:
+                self._blocked_sent_at = self.peer_limit
+                self.send(RequestsBlocked(max_request_id=self.peer_limit))
             raise LocalProtocolError(
-                f"request id {rid} not below the peer's MAX_REQUEST_ID {self._peer_limit}: "
+                f"request id {rid} not below the peer's MAX_REQUEST_ID {self.peer_limit}: "
                 "wait for MaxRequestIdRaised"
             )
         data = encode_control(build(rid))
-        self._next_request_id += 2
-        assert self._control_stream_id is not None
-        self._quic.send_stream_data(self._control_stream_id, data)
+        self.next_request_id += 2
+        assert self.control_stream_id is not None
+        self.quic.send_stream_data(self.control_stream_id, data)
         return rid
 
-    def _accept_peer_request_id(self, rid: int) -> None:
+    def accept_peer_request_id(self, rid: int) -> None:
         """Validate the id of a new request from the peer (d14 §9.1)."""
-        self._session.apply(SessionInput.RECV_REQUEST)
+        self.machine.apply(SessionInput.RECV_REQUEST)
         if rid != self._peer_next_id:
             raise InvalidRequestId(f"request id {rid}, expected {self._peer_next_id}")
-        if rid >= self._granted:
-            raise TooManyRequests(f"request id {rid} not below MAX_REQUEST_ID {self._granted}")
+        if rid >= self.granted:
+            raise TooManyRequests(f"request id {rid} not below MAX_REQUEST_ID {self.granted}")
         self._peer_next_id += 2
         self._peer_active.add(rid)
 
-    def _is_ours(self, rid: int) -> bool:
-        return rid % 2 == (0 if self._is_client else 1)
+    def is_ours(self, rid: int) -> bool:
+        return rid % 2 == (0 if self.is_client else 1)
 
-    def _issued(self, rid: int) -> bool:
+    def issued(self, rid: int) -> bool:
         """True when ``rid`` is a request id either side has already used."""
-        if self._is_ours(rid):
-            return rid < self._next_request_id
+        if self.is_ours(rid):
+            return rid < self.next_request_id
         return rid < self._peer_next_id
 
-    def _peer_request_done(self, rid: int) -> None:
+    def peer_request_done(self, rid: int) -> None:
         """A peer request ended: maybe replenish its MAX_REQUEST_ID."""
         self._peer_active.discard(rid)
-        self._maybe_grant()
+        self.maybe_grant()
 
-    def _maybe_grant(self) -> None:
-        window = self._config.max_request_id
-        if window <= 0 or self._terminated:
+    def maybe_grant(self) -> None:
+        window = self.config.max_request_id
+        if window <= 0 or self.terminated:
             return
         target = self._peer_next_id + window - 2 * len(self._peer_active)
-        if target >= self._granted + max(2, window // 2) or (
-            target > self._granted and self._granted <= self._peer_next_id
+        if target >= self.granted + max(2, window // 2) or (
+            target > self.granted and self.granted <= self._peer_next_id
         ):
-            self._grant(target)
+            self.grant(target)
 
-    def _grant(self, new_max: int) -> None:
-        if new_max <= self._granted:
-            raise LocalProtocolError(f"MAX_REQUEST_ID must increase (now {self._granted})")
-        self._granted = new_max
-        self._send_control(MaxRequestIdMessage(max_request_id=new_max))
+    def grant(self, new_max: int) -> None:
+        if new_max <= self.granted:
+            raise LocalProtocolError(f"MAX_REQUEST_ID must increase (now {self.granted})")
+        self.granted = new_max
+        self.send_control(MaxRequestIdMessage(max_request_id=new_max))
 
     # ---------------------------------------------------------------- aliases
 
-    def _retire_alias(self, alias: int | None) -> None:
-        if alias is None:
-            return
-        self._alias_in.pop(alias, None)
-        self._retired_aliases[alias] = None
-        while len(self._retired_aliases) > _RETIRED_MAX:
-            self._retired_aliases.popitem(last=False)
-
-    def _allocate_alias(self) -> int:
-        while self._next_alias in self._alias_out:
-            self._next_alias += 1
-        alias = self._next_alias
-        self._next_alias += 1
-        return alias
-
     # ---------------------------------------------------------------- tokens
 
-    def _tokens(self, params: Parameters | None) -> tuple[AuthToken, ...]:
+    def tokens(self, params: Parameters | None) -> tuple[AuthToken, ...]:
         """Decode the AUTHORIZATION TOKEN parameters and apply alias operations.
 
         Returns the tokens in effect for the request: USE_VALUE and REGISTER tokens as sent,
@@ -439,9 +345,9 @@ class SessionCore:
         if alias in self._token_cache:
             raise DuplicateAuthTokenAlias(f"token alias {alias} already registered")
         cost = 16 + len(token.value)
-        if self._token_cache_bytes + cost > self._config.max_auth_token_cache_size:
+        if self._token_cache_bytes + cost > self.config.max_auth_token_cache_size:
             raise AuthTokenCacheOverflow(
-                f"registering {cost} bytes exceeds the {self._config.max_auth_token_cache_size}"
+                f"registering {cost} bytes exceeds the {self.config.max_auth_token_cache_size}"
                 "-byte token cache"
             )
         self._token_cache[alias] = token
@@ -449,7 +355,7 @@ class SessionCore:
 
     # ---------------------------------------------------------------- record lookup
 
-    def _lookup(self, table: dict[int, _R], rid: int, what: str) -> _R | None:
+    def lookup(self, table: dict[int, _R], rid: int, what: str) -> _R | None:
         """The record a response refers to; None for one of our requests we abandoned (the
         response crossed our cancel); any other unknown id is a PROTOCOL_VIOLATION, which
         also catches duplicate responses (d14 §9: exactly one response per request)."""
@@ -460,44 +366,9 @@ class SessionCore:
             raise ProtocolViolation(f"{what} for unknown request id {rid}")
         return rec
 
-    def _abandon(self, rid: int) -> None:
+    def abandon(self, rid: int) -> None:
         """Forget one of our requests before the peer is done with it (FETCH_CANCEL,
         PUBLISH_NAMESPACE_DONE, ...): whatever still arrives for it is dropped quietly."""
         self._abandoned[rid] = None
-        while len(self._abandoned) > _RETIRED_MAX:
+        while len(self._abandoned) > RETIRED_MAX:
             self._abandoned.popitem(last=False)
-
-    @staticmethod
-    def _new_subscriber(rid: int, state: SubscriberSubState, **kwargs: object) -> SubscriberRecord:
-        return SubscriberRecord(
-            request_id=rid,
-            machine=StateMachine(SUBSCRIPTION_SUBSCRIBER, state),
-            **kwargs,  # type: ignore[arg-type]
-        )
-
-    @staticmethod
-    def _new_publisher(rid: int, state: PublisherSubState, **kwargs: object) -> PublisherRecord:
-        return PublisherRecord(
-            request_id=rid,
-            machine=StateMachine(SUBSCRIPTION_PUBLISHER, state),
-            **kwargs,  # type: ignore[arg-type]
-        )
-
-    @staticmethod
-    def _new_fetch(rid: int, *, serving: bool) -> FetchRecord:
-        table = FETCH_PUBLISHER if serving else FETCH_SUBSCRIBER
-        return FetchRecord(request_id=rid, machine=StateMachine(table, FetchState.PENDING))
-
-    @staticmethod
-    def _new_namespace(rid: int, ns: tuple[bytes, ...], *, responder: bool) -> NamespaceRecord:
-        table = NAMESPACE_RESPONDER if responder else NAMESPACE_REQUESTER
-        return NamespaceRecord(
-            request_id=rid, machine=StateMachine(table, NamespaceState.PENDING), namespace=ns
-        )
-
-    @staticmethod
-    def _new_track_status(rid: int, *, responder: bool) -> TrackStatusRecord:
-        table = TRACK_STATUS_RESPONDER if responder else TRACK_STATUS_REQUESTER
-        return TrackStatusRecord(
-            request_id=rid, machine=StateMachine(table, TrackStatusState.PENDING)
-        )

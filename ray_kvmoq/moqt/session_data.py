@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .codec.datagrams import ObjectDatagram, decode_datagram, encode_datagram
 from .codec.errors import LocalProtocolError, ProtocolViolation
@@ -53,17 +54,21 @@ from .events import (
     ObjectReceived,
     SubgroupStreamEnded,
 )
-from .session_core import PublisherRecord, SessionCore
+from .session_core import PublisherRecord, RequestFlow
 from .state import FetchInput, FetchState, PublisherSubInput, SessionInput, SubscriberSubInput
 from .state import SubscriberSubState as SubState
 
-__all__ = ["DataMixin", "OutgoingFetchObject", "OutgoingObject"]
+if TYPE_CHECKING:
+    from .session_requests import Requests
+    from .session_subscribe import Subscriptions
+
+__all__ = ["DataStreams", "OutgoingFetchObject", "OutgoingObject"]
 
 OutgoingObject = tuple[int, bytes] | tuple[int, bytes, KeyValuePairs]
-"""An object for :meth:`DataMixin.write_objects`: ``(object_id, payload[, extensions])``."""
+"""An object for :meth:`DataStreams.write_objects`: ``(object_id, payload[, extensions])``."""
 
 OutgoingFetchObject = tuple[int, int, int, bytes] | tuple[int, int, int, bytes, KeyValuePairs]
-"""An object for :meth:`DataMixin.write_fetch_objects`:
+"""An object for :meth:`DataStreams.write_fetch_objects`:
 ``(group, subgroup, object_id, payload[, extensions])``."""
 
 _CANCELLED_MAX = 4096
@@ -97,14 +102,17 @@ class _SendStream:
     last_object_id: int | None = None
 
 
-class DataMixin(SessionCore):
+class DataStreams:
     """Data-plane commands and receive path (see the module docstring)."""
 
-    def _init_data(self) -> None:
+    def __init__(self, flow: RequestFlow, subs: Subscriptions, requests: Requests) -> None:
+        self._flow = flow
+        self._subs = subs
+        self._requests = requests
         self._recv: dict[int, _RecvStream] = {}
         self._send_streams: dict[int, _SendStream] = {}
         self._cancelled: OrderedDict[int, None] = OrderedDict()
-        self._parked_by_alias: dict[int, list[int]] = {}
+        self.parked_by_alias: dict[int, list[int]] = {}
         self._parked_total = 0
 
     # ------------------------------------------------------------ sending: subgroups
@@ -124,7 +132,7 @@ class DataMixin(SessionCore):
         ``with_extensions`` lets objects on it carry extension headers; ``end_of_group`` says
         the stream will end with the group's last object (header type bit, d14 §10.4.2).
         """
-        rec = self._subs_in.get(request_id)
+        rec = self._subs.subs_in.get(request_id)
         if rec is None:
             raise LocalProtocolError(f"no subscription with request id {request_id}")
         if rec.track_alias is None:
@@ -138,9 +146,9 @@ class DataMixin(SessionCore):
             end_of_group=end_of_group,
         )
         rec.machine.apply(PublisherSubInput.SEND_OBJECT)
-        self._session.apply(SessionInput.SEND_DATA)
-        stream_id = self._quic.get_next_available_stream_id(is_unidirectional=True)
-        self._quic.send_stream_data(stream_id, header)
+        self._flow.machine.apply(SessionInput.SEND_DATA)
+        stream_id = self._flow.quic.get_next_available_stream_id(is_unidirectional=True)
+        self._flow.quic.send_stream_data(stream_id, header)
         rec.streams_opened += 1
         rec.open_streams.add(stream_id)
         self._send_streams[stream_id] = _SendStream(
@@ -172,7 +180,7 @@ class DataMixin(SessionCore):
                 status=status,
             )
             st.last_object_id = object_id
-            self._quic.send_stream_data(stream_id, header)
+            self._flow.quic.send_stream_data(stream_id, header)
             self._write(stream_id, st, payload, end_stream)
             return
         buf = bytearray()
@@ -219,20 +227,20 @@ class DataMixin(SessionCore):
             if stream_id in self._cancelled:
                 return
             raise LocalProtocolError(f"stream {stream_id} is not an open data stream")
-        self._reset_data_stream_quietly(stream_id, error_code)
+        self.reset_data_stream_quietly(stream_id, error_code)
 
     # ------------------------------------------------------------ sending: fetch streams
 
     def open_fetch_stream(self, request_id: int) -> int:
         """Open the stream answering the peer's FETCH ``request_id``; returns its id."""
-        rec = self._fetch_in.get(request_id)
+        rec = self._requests.fetch_in.get(request_id)
         if rec is None:
             raise LocalProtocolError(f"no fetch with request id {request_id}")
         header = encode_fetch_header(request_id)
         rec.machine.apply(FetchInput.SEND_STREAM)
-        self._session.apply(SessionInput.SEND_DATA)
-        stream_id = self._quic.get_next_available_stream_id(is_unidirectional=True)
-        self._quic.send_stream_data(stream_id, header)
+        self._flow.machine.apply(SessionInput.SEND_DATA)
+        stream_id = self._flow.quic.get_next_available_stream_id(is_unidirectional=True)
+        self._flow.quic.send_stream_data(stream_id, header)
         rec.stream_id = stream_id
         self._send_streams[stream_id] = _SendStream(request_id=request_id, is_fetch=True)
         return stream_id
@@ -264,7 +272,7 @@ class DataMixin(SessionCore):
                 extensions=extensions,
                 status=status,
             )
-            self._quic.send_stream_data(stream_id, header)
+            self._flow.quic.send_stream_data(stream_id, header)
             self._write(stream_id, st, payload, end_stream)
             return
         buf = bytearray()
@@ -326,7 +334,7 @@ class DataMixin(SessionCore):
         end_of_group: bool = False,
     ) -> None:
         """Send one object as a QUIC DATAGRAM (small objects only; may be dropped)."""
-        rec = self._subs_in.get(request_id)
+        rec = self._subs.subs_in.get(request_id)
         if rec is None or rec.track_alias is None:
             raise LocalProtocolError(f"no accepted subscription with request id {request_id}")
         data = encode_datagram(
@@ -342,8 +350,8 @@ class DataMixin(SessionCore):
             )
         )
         rec.machine.apply(PublisherSubInput.SEND_OBJECT)
-        self._session.apply(SessionInput.SEND_DATA)
-        self._quic.send_datagram_frame(data)
+        self._flow.machine.apply(SessionInput.SEND_DATA)
+        self._flow.quic.send_datagram_frame(data)
 
     # ------------------------------------------------------------ sending: helpers
 
@@ -356,14 +364,14 @@ class DataMixin(SessionCore):
         if st.is_fetch != fetch:
             kind = "fetch" if st.is_fetch else "subgroup"
             raise LocalProtocolError(f"stream {stream_id} is a {kind} stream")
-        self._session.apply(SessionInput.SEND_DATA)
+        self._flow.machine.apply(SessionInput.SEND_DATA)
         return st
 
     def _write(
         self, stream_id: int, st: _SendStream, data: bytes | bytearray | memoryview, fin: bool
     ) -> None:
         # aioquic copies the data into its send buffer, so a bytearray or a view is fine.
-        self._quic.send_stream_data(stream_id, data, end_stream=fin)  # type: ignore[arg-type]
+        self._flow.quic.send_stream_data(stream_id, data, end_stream=fin)  # type: ignore[arg-type]
         if fin:
             self._stream_sent_fin(stream_id, st)
 
@@ -374,21 +382,21 @@ class DataMixin(SessionCore):
     def _send_stream_gone(self, stream_id: int, st: _SendStream) -> None:
         """A stream we wrote ended (FIN or reset): update its fetch or subscription."""
         if st.is_fetch:
-            rec = self._fetch_in.get(st.request_id)
+            rec = self._requests.fetch_in.get(st.request_id)
             # Not when the fetch itself already ended (FETCH_CANCEL resets its stream).
             if (
                 rec is not None
                 and rec.machine.allows(FetchInput.SEND_STREAM_END)
                 and rec.machine.apply(FetchInput.SEND_STREAM_END) is FetchState.CLOSED
             ):
-                self._fetch_in.pop(st.request_id, None)
-                self._peer_request_done(st.request_id)
+                self._requests.fetch_in.pop(st.request_id, None)
+                self._flow.peer_request_done(st.request_id)
         else:
-            pub = self._subs_in.get(st.request_id)
+            pub = self._subs.subs_in.get(st.request_id)
             if pub is not None:
                 pub.open_streams.discard(stream_id)
 
-    def _reset_data_stream_quietly(self, stream_id: int, error_code: int) -> None:
+    def reset_data_stream_quietly(self, stream_id: int, error_code: int) -> None:
         st = self._send_streams.pop(stream_id, None)
         self._cancelled[stream_id] = None
         while len(self._cancelled) > _CANCELLED_MAX:
@@ -396,28 +404,28 @@ class DataMixin(SessionCore):
         if st is None:
             return
         try:
-            self._quic.reset_stream(stream_id, error_code)
+            self._flow.quic.reset_stream(stream_id, error_code)
         except ValueError:  # already finished at the QUIC layer
             pass
         self._send_stream_gone(stream_id, st)
 
-    def _cancel_publisher_streams(self, rec: PublisherRecord) -> None:
+    def cancel_publisher_streams(self, rec: PublisherRecord) -> None:
         for stream_id in list(rec.open_streams):
-            self._reset_data_stream_quietly(stream_id, StreamResetCode.CANCELLED)
+            self.reset_data_stream_quietly(stream_id, StreamResetCode.CANCELLED)
 
-    def _on_stop_sending(self, stream_id: int) -> None:
+    def on_stop_sending(self, stream_id: int) -> None:
         """The subscriber no longer wants a stream we write: answer with RESET_STREAM."""
         if stream_id in self._send_streams:
-            self._reset_data_stream_quietly(stream_id, StreamResetCode.CANCELLED)
+            self.reset_data_stream_quietly(stream_id, StreamResetCode.CANCELLED)
 
     # ------------------------------------------------------------ receiving
 
-    def _on_data_stream(self, stream_id: int, data: bytes, fin: bool, out: list[MoqtEvent]) -> None:
+    def on_data_stream(self, stream_id: int, data: bytes, fin: bool, out: list[MoqtEvent]) -> None:
         st = self._recv.get(stream_id)
         if st is None:
             st = _RecvStream(
                 parser=DataStreamParser(
-                    version=self._version, max_object_size=self._config.max_object_size
+                    version=self._flow.version, max_object_size=self._flow.config.max_object_size
                 )
             )
             self._recv[stream_id] = st
@@ -432,9 +440,9 @@ class DataMixin(SessionCore):
         if st.parked is not None:
             st.parked_bytes += len(data)
             self._parked_total += len(data)
-            if self._parked_total > self._config.unknown_alias_buffer_bytes:
+            if self._parked_total > self._flow.config.unknown_alias_buffer_bytes:
                 raise ProtocolViolation(
-                    f"over {self._config.unknown_alias_buffer_bytes} bytes of data streams "
+                    f"over {self._flow.config.unknown_alias_buffer_bytes} bytes of data streams "
                     "for unknown track aliases"
                 )
         elif fin:
@@ -456,18 +464,18 @@ class DataMixin(SessionCore):
         self, stream_id: int, st: _RecvStream, ev: SubgroupHeaderParsed
     ) -> None:
         st.header = ev
-        rid = self._alias_in.get(ev.track_alias)
+        rid = self._subs.alias_in.get(ev.track_alias)
         if rid is None:
-            if ev.track_alias in self._retired_aliases:
-                self._stop_data_stream(stream_id)
+            if ev.track_alias in self._subs.retired_aliases:
+                self.stop_data_stream(stream_id)
                 return
             st.parked = []
-            st.parked_since = self._now
-            self._parked_by_alias.setdefault(ev.track_alias, []).append(stream_id)
+            st.parked_since = self._flow.now
+            self.parked_by_alias.setdefault(ev.track_alias, []).append(stream_id)
             return
-        rec = self._subs_out[rid]
+        rec = self._subs.subs_out[rid]
         if rec.machine.apply(SubscriberSubInput.RECV_OBJECT) is SubState.UNSUBSCRIBED:
-            self._stop_data_stream(stream_id)
+            self.stop_data_stream(stream_id)
             return
         st.request_id = rid
         rec.streams_seen += 1
@@ -475,11 +483,11 @@ class DataMixin(SessionCore):
 
     def _on_fetch_header(self, stream_id: int, st: _RecvStream, ev: FetchHeaderParsed) -> None:
         st.is_fetch = True
-        rec = self._fetch_out.get(ev.request_id)
+        rec = self._requests.fetch_out.get(ev.request_id)
         if rec is None:
-            if not (self._is_ours(ev.request_id) and self._issued(ev.request_id)):
+            if not (self._flow.is_ours(ev.request_id) and self._flow.issued(ev.request_id)):
                 raise ProtocolViolation(f"fetch stream for unknown request id {ev.request_id}")
-            self._stop_data_stream(stream_id)
+            self.stop_data_stream(stream_id)
             return
         rec.machine.apply(FetchInput.RECV_STREAM)
         rec.stream_id = stream_id
@@ -490,11 +498,11 @@ class DataMixin(SessionCore):
     ) -> None:
         assert st.request_id is not None
         if not st.is_fetch:
-            rec = self._subs_out.get(st.request_id)
+            rec = self._subs.subs_out.get(st.request_id)
             if rec is None or rec.machine.apply(SubscriberSubInput.RECV_OBJECT) is (
                 SubState.UNSUBSCRIBED
             ):
-                self._stop_data_stream(stream_id)
+                self.stop_data_stream(stream_id)
                 return
         out.append(
             ObjectReceived(
@@ -533,27 +541,27 @@ class DataMixin(SessionCore):
         self._subgroup_stream_gone(st.request_id)
 
     def _subgroup_stream_gone(self, request_id: int) -> None:
-        rec = self._subs_out.get(request_id)
+        rec = self._subs.subs_out.get(request_id)
         if rec is not None:
             rec.open_streams = max(0, rec.open_streams - 1)
-            self._check_subscriber_done(rec)
+            self._subs.check_subscriber_done(rec)
 
     def _fetch_stream_gone(self, request_id: int) -> None:
-        rec = self._fetch_out.get(request_id)
+        rec = self._requests.fetch_out.get(request_id)
         if rec is not None and rec.machine.apply(FetchInput.RECV_STREAM_END) is FetchState.CLOSED:
-            del self._fetch_out[request_id]
+            del self._requests.fetch_out[request_id]
 
-    def _stop_data_stream(self, stream_id: int) -> None:
+    def stop_data_stream(self, stream_id: int) -> None:
         st = self._recv.get(stream_id)
         if st is not None:
             st.ignore = True
             self._unpark(stream_id, st)
         try:
-            self._quic.stop_stream(stream_id, StreamResetCode.CANCELLED)
+            self._flow.quic.stop_stream(stream_id, StreamResetCode.CANCELLED)
         except ValueError:  # the stream already finished at the QUIC layer
             pass
 
-    def _on_data_stream_reset(self, stream_id: int, error_code: int, out: list[MoqtEvent]) -> None:
+    def on_data_stream_reset(self, stream_id: int, error_code: int, out: list[MoqtEvent]) -> None:
         st = self._recv.pop(stream_id, None)
         if st is None or st.ignore:
             return
@@ -576,14 +584,14 @@ class DataMixin(SessionCore):
         self._parked_total -= st.parked_bytes
         st.parked, st.parked_bytes = None, 0
         if st.header is not None:
-            waiting = self._parked_by_alias.get(st.header.track_alias, [])
+            waiting = self.parked_by_alias.get(st.header.track_alias, [])
             if stream_id in waiting:
                 waiting.remove(stream_id)
             if not waiting:
-                self._parked_by_alias.pop(st.header.track_alias, None)
+                self.parked_by_alias.pop(st.header.track_alias, None)
 
-    def _alias_known(self, alias: int, out: list[MoqtEvent]) -> None:
-        for stream_id in self._parked_by_alias.pop(alias, []):
+    def alias_known(self, alias: int, out: list[MoqtEvent]) -> None:
+        for stream_id in self.parked_by_alias.pop(alias, []):
             st = self._recv.get(stream_id)
             if st is None or st.parked is None or st.header is None:
                 continue
@@ -598,10 +606,10 @@ class DataMixin(SessionCore):
             if any(isinstance(ev, StreamFinished) for ev in events):
                 self._recv.pop(stream_id, None)
 
-    def _check_parked(self, now: float) -> None:
+    def check_parked(self, now: float) -> None:
         """Fail the session if a stream waited too long for its track alias."""
-        limit = self._config.unknown_alias_timeout
-        for streams in self._parked_by_alias.values():
+        limit = self._flow.config.unknown_alias_timeout
+        for streams in self.parked_by_alias.values():
             for stream_id in streams:
                 st = self._recv.get(stream_id)
                 if st is not None and now >= st.parked_since + limit:
@@ -611,25 +619,25 @@ class DataMixin(SessionCore):
                         f"waited over {limit} s"
                     )
 
-    def _parked_deadline(self) -> float | None:
+    def parked_deadline(self) -> float | None:
         times = [
             st.parked_since
-            for streams in self._parked_by_alias.values()
+            for streams in self.parked_by_alias.values()
             for sid in streams
             if (st := self._recv.get(sid)) is not None
         ]
-        return min(times) + self._config.unknown_alias_timeout if times else None
+        return min(times) + self._flow.config.unknown_alias_timeout if times else None
 
     # ------------------------------------------------------------ datagrams
 
-    def _on_datagram(self, data: bytes, out: list[MoqtEvent]) -> None:
-        if not self._session.allows(SessionInput.RECV_DATA):
+    def on_datagram(self, data: bytes, out: list[MoqtEvent]) -> None:
+        if not self._flow.machine.allows(SessionInput.RECV_DATA):
             return  # before SETUP there is no subscription it could belong to
-        dgram = decode_datagram(data, version=self._version)
-        rid = self._alias_in.get(dgram.track_alias)
+        dgram = decode_datagram(data, version=self._flow.version)
+        rid = self._subs.alias_in.get(dgram.track_alias)
         if rid is None:
             return  # unknown alias: datagrams are unreliable, drop it
-        rec = self._subs_out[rid]
+        rec = self._subs.subs_out[rid]
         if rec.machine.apply(SubscriberSubInput.RECV_OBJECT) is SubState.UNSUBSCRIBED:
             return
         out.append(

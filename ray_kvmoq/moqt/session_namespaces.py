@@ -1,8 +1,9 @@
 """Namespace requests of a MoQT session: PUBLISH_NAMESPACE* and SUBSCRIBE_NAMESPACE* (d14
 §9.23-§9.31).
 
-Like :mod:`.session_subscribe`: application commands plus the handlers for the same messages
-from the peer, every step checked by the namespace tables of :mod:`.state`.
+Like :mod:`.session_subscribe`: :class:`Namespaces` owns its records, the application commands
+and the handlers for the same messages from the peer (``HANDLERS``), every step checked by the
+namespace tables of :mod:`.state`. It needs nothing but :class:`~.session_core.RequestFlow`.
 
 Invariants:
 
@@ -17,6 +18,8 @@ Invariants:
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 from .codec import (
     AuthToken,
@@ -47,15 +50,43 @@ from .events import (
     SubscribeNamespaceRequested,
     UnsubscribedNamespace,
 )
-from .session_core import NamespaceRecord, SessionCore
+from .session_core import NamespaceRecord, RequestFlow
 from .session_subscribe import with_tokens
-from .state import NamespaceInput, NamespaceState
+from .state import (
+    NAMESPACE_REQUESTER,
+    NAMESPACE_RESPONDER,
+    NamespaceInput,
+    NamespaceState,
+    StateMachine,
+)
 
-__all__ = ["NamespacesMixin"]
+__all__ = ["Namespaces"]
 
 
-class NamespacesMixin(SessionCore):
+class Namespaces:
     """PUBLISH_NAMESPACE / SUBSCRIBE_NAMESPACE commands and handlers (module docstring)."""
+
+    HANDLERS: ClassVar[dict[type, str]] = {
+        PublishNamespace: "on_publish_namespace",
+        PublishNamespaceOk: "on_publish_namespace_ok",
+        PublishNamespaceError: "on_publish_namespace_error",
+        PublishNamespaceDoneMsg: "on_publish_namespace_done",
+        PublishNamespaceCancel: "on_publish_namespace_cancel",
+        SubscribeNamespace: "on_subscribe_namespace",
+        SubscribeNamespaceOk: "on_subscribe_namespace_ok",
+        SubscribeNamespaceError: "on_subscribe_namespace_error",
+        UnsubscribeNamespace: "on_unsubscribe_namespace",
+    }
+    """Handler method of each control message this role receives."""
+    REQUESTS: ClassVar[frozenset[type]] = frozenset((PublishNamespace, SubscribeNamespace))
+    """Messages that open a request (their handlers validate the request id, d14 §9.1)."""
+
+    def __init__(self, flow: RequestFlow) -> None:
+        self._flow = flow
+        self._pubns_out: dict[int, NamespaceRecord] = {}
+        self._pubns_in: dict[int, NamespaceRecord] = {}
+        self._subns_out: dict[int, NamespaceRecord] = {}
+        self._subns_in: dict[int, NamespaceRecord] = {}
 
     # ------------------------------------------------------------ namespaces: commands
 
@@ -67,7 +98,7 @@ class NamespacesMixin(SessionCore):
         auth_tokens: tuple[AuthToken, ...] = (),
     ) -> int:
         """Announce a namespace (PUBLISH_NAMESPACE); returns its request id."""
-        rid = self._start_request(
+        rid = self._flow.start_request(
             lambda rid: PublishNamespace(
                 request_id=rid,
                 track_namespace=track_namespace,
@@ -94,10 +125,10 @@ class NamespacesMixin(SessionCore):
         recs = self._ns_matching(self._pubns_out, track_namespace)
         for rec in recs:
             rec.machine.apply(NamespaceInput.SEND_DONE)
-        self._send_control(PublishNamespaceDoneMsg(track_namespace=track_namespace))
+        self._flow.send_control(PublishNamespaceDoneMsg(track_namespace=track_namespace))
         for rec in recs:
             self._drop_ns(self._pubns_out, rec)
-            self._abandon(rec.request_id)  # its OK/ERROR may still be on the way
+            self._flow.abandon(rec.request_id)  # its OK/ERROR may still be on the way
 
     def publish_namespace_cancel(
         self, track_namespace: tuple[bytes, ...], error_code: int, reason: str = ""
@@ -117,7 +148,7 @@ class NamespacesMixin(SessionCore):
             return
         for rec in active:
             rec.machine.apply(NamespaceInput.SEND_CANCEL)
-        self._send_control(
+        self._flow.send_control(
             PublishNamespaceCancel(
                 track_namespace=track_namespace, error_code=error_code, reason=reason
             )
@@ -133,7 +164,7 @@ class NamespacesMixin(SessionCore):
         auth_tokens: tuple[AuthToken, ...] = (),
     ) -> int:
         """Ask for namespaces under a prefix (SUBSCRIBE_NAMESPACE); returns its request id."""
-        rid = self._start_request(
+        rid = self._flow.start_request(
             lambda rid: SubscribeNamespace(
                 request_id=rid,
                 track_namespace_prefix=track_namespace_prefix,
@@ -162,10 +193,10 @@ class NamespacesMixin(SessionCore):
         recs = self._ns_matching(self._subns_out, track_namespace_prefix)
         for rec in recs:
             rec.machine.apply(NamespaceInput.SEND_DONE)
-        self._send_control(UnsubscribeNamespace(track_namespace_prefix=track_namespace_prefix))
+        self._flow.send_control(UnsubscribeNamespace(track_namespace_prefix=track_namespace_prefix))
         for rec in recs:
             self._drop_ns(self._subns_out, rec)
-            self._abandon(rec.request_id)
+            self._flow.abandon(rec.request_id)
 
     def _ns_rec(self, table: dict[int, NamespaceRecord], request_id: int) -> NamespaceRecord:
         rec = table.get(request_id)
@@ -184,7 +215,7 @@ class NamespacesMixin(SessionCore):
     ) -> None:
         data = encode_control(msg)
         rec.machine.apply(inp)
-        self._send_raw_control(data)
+        self._flow.send_raw_control(data)
 
     def _ns_matching(
         self, table: dict[int, NamespaceRecord], namespace: tuple[bytes, ...]
@@ -196,14 +227,14 @@ class NamespacesMixin(SessionCore):
 
     def _drop_ns(self, table: dict[int, NamespaceRecord], rec: NamespaceRecord) -> None:
         table.pop(rec.request_id, None)
-        if not self._is_ours(rec.request_id):
-            self._peer_request_done(rec.request_id)
+        if not self._flow.is_ours(rec.request_id):
+            self._flow.peer_request_done(rec.request_id)
 
     # ------------------------------------------------------------ namespaces: handlers
 
-    def _on_publish_namespace(self, msg: PublishNamespace, out: list[MoqtEvent]) -> None:
-        self._accept_peer_request_id(msg.request_id)
-        tokens = self._tokens(msg.parameters)
+    def on_publish_namespace(self, msg: PublishNamespace, out: list[MoqtEvent]) -> None:
+        self._flow.accept_peer_request_id(msg.request_id)
+        tokens = self._flow.tokens(msg.parameters)
         self._pubns_in[msg.request_id] = self._new_namespace(
             msg.request_id, msg.track_namespace, responder=True
         )
@@ -216,8 +247,8 @@ class NamespacesMixin(SessionCore):
             )
         )
 
-    def _on_publish_namespace_ok(self, msg: PublishNamespaceOk, out: list[MoqtEvent]) -> None:
-        rec = self._lookup(self._pubns_out, msg.request_id, "PUBLISH_NAMESPACE_OK")
+    def on_publish_namespace_ok(self, msg: PublishNamespaceOk, out: list[MoqtEvent]) -> None:
+        rec = self._flow.lookup(self._pubns_out, msg.request_id, "PUBLISH_NAMESPACE_OK")
         if rec is None:
             return
         rec.machine.apply(NamespaceInput.RECV_OK)
@@ -225,8 +256,8 @@ class NamespacesMixin(SessionCore):
             PublishNamespaceAccepted(request_id=msg.request_id, track_namespace=rec.namespace)
         )
 
-    def _on_publish_namespace_error(self, msg: PublishNamespaceError, out: list[MoqtEvent]) -> None:
-        rec = self._lookup(self._pubns_out, msg.request_id, "PUBLISH_NAMESPACE_ERROR")
+    def on_publish_namespace_error(self, msg: PublishNamespaceError, out: list[MoqtEvent]) -> None:
+        rec = self._flow.lookup(self._pubns_out, msg.request_id, "PUBLISH_NAMESPACE_ERROR")
         if rec is None:
             return
         rec.machine.apply(NamespaceInput.RECV_ERROR)
@@ -240,9 +271,7 @@ class NamespacesMixin(SessionCore):
             )
         )
 
-    def _on_publish_namespace_done(
-        self, msg: PublishNamespaceDoneMsg, out: list[MoqtEvent]
-    ) -> None:
+    def on_publish_namespace_done(self, msg: PublishNamespaceDoneMsg, out: list[MoqtEvent]) -> None:
         recs = [r for r in self._pubns_in.values() if r.namespace == msg.track_namespace]
         for rec in recs:
             rec.machine.apply(NamespaceInput.RECV_DONE)
@@ -255,7 +284,7 @@ class NamespacesMixin(SessionCore):
                 )
             )
 
-    def _on_publish_namespace_cancel(
+    def on_publish_namespace_cancel(
         self, msg: PublishNamespaceCancel, out: list[MoqtEvent]
     ) -> None:
         recs = [
@@ -276,9 +305,9 @@ class NamespacesMixin(SessionCore):
                 )
             )
 
-    def _on_subscribe_namespace(self, msg: SubscribeNamespace, out: list[MoqtEvent]) -> None:
-        self._accept_peer_request_id(msg.request_id)
-        tokens = self._tokens(msg.parameters)
+    def on_subscribe_namespace(self, msg: SubscribeNamespace, out: list[MoqtEvent]) -> None:
+        self._flow.accept_peer_request_id(msg.request_id)
+        tokens = self._flow.tokens(msg.parameters)
         self._subns_in[msg.request_id] = self._new_namespace(
             msg.request_id, msg.track_namespace_prefix, responder=True
         )
@@ -291,8 +320,8 @@ class NamespacesMixin(SessionCore):
             )
         )
 
-    def _on_subscribe_namespace_ok(self, msg: SubscribeNamespaceOk, out: list[MoqtEvent]) -> None:
-        rec = self._lookup(self._subns_out, msg.request_id, "SUBSCRIBE_NAMESPACE_OK")
+    def on_subscribe_namespace_ok(self, msg: SubscribeNamespaceOk, out: list[MoqtEvent]) -> None:
+        rec = self._flow.lookup(self._subns_out, msg.request_id, "SUBSCRIBE_NAMESPACE_OK")
         if rec is None:
             return
         rec.machine.apply(NamespaceInput.RECV_OK)
@@ -302,10 +331,10 @@ class NamespacesMixin(SessionCore):
             )
         )
 
-    def _on_subscribe_namespace_error(
+    def on_subscribe_namespace_error(
         self, msg: SubscribeNamespaceError, out: list[MoqtEvent]
     ) -> None:
-        rec = self._lookup(self._subns_out, msg.request_id, "SUBSCRIBE_NAMESPACE_ERROR")
+        rec = self._flow.lookup(self._subns_out, msg.request_id, "SUBSCRIBE_NAMESPACE_ERROR")
         if rec is None:
             return
         rec.machine.apply(NamespaceInput.RECV_ERROR)
@@ -319,7 +348,7 @@ class NamespacesMixin(SessionCore):
             )
         )
 
-    def _on_unsubscribe_namespace(self, msg: UnsubscribeNamespace, out: list[MoqtEvent]) -> None:
+    def on_unsubscribe_namespace(self, msg: UnsubscribeNamespace, out: list[MoqtEvent]) -> None:
         prefix = msg.track_namespace_prefix
         recs = [r for r in self._subns_in.values() if r.namespace == prefix]
         for rec in recs:
@@ -331,3 +360,12 @@ class NamespacesMixin(SessionCore):
                     track_namespace_prefix=prefix, request_ids=tuple(r.request_id for r in recs)
                 )
             )
+
+    # ------------------------------------------------------------ records
+
+    @staticmethod
+    def _new_namespace(rid: int, ns: tuple[bytes, ...], *, responder: bool) -> NamespaceRecord:
+        table = NAMESPACE_RESPONDER if responder else NAMESPACE_REQUESTER
+        return NamespaceRecord(
+            request_id=rid, machine=StateMachine(table, NamespaceState.PENDING), namespace=ns
+        )

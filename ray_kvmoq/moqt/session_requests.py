@@ -1,7 +1,9 @@
-"""FETCH and TRACK_STATUS requests of a MoQT session (d14 §9.16-§9.22).
+"""The FETCH and TRACK_STATUS role of a MoQT session (d14 §9.16-§9.22).
 
-Like :mod:`.session_subscribe`: application commands plus the handlers for the same messages
-from the peer, every step checked by a table from :mod:`.state`.
+Like :mod:`.session_subscribe`: :class:`Requests` owns its records, the application commands
+and the handlers for the same messages from the peer (``HANDLERS``), every step checked by a
+table from :mod:`.state`. A joining FETCH reads the subscriptions role (``subs``); fetch streams
+are the data-plane role's (``data``).
 
 Invariants:
 
@@ -13,6 +15,8 @@ Invariants:
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
 
 from .codec import (
     AuthToken,
@@ -39,17 +43,56 @@ from .events import (
     TrackStatusRejected,
     TrackStatusRequested,
 )
-from .session_core import FetchRecord, SessionCore
+from .session_core import FetchRecord, RequestFlow, TrackStatusRecord
 from .session_subscribe import with_tokens
-from .state import FetchInput, FetchState, TrackStatusInput
+from .state import (
+    FETCH_PUBLISHER,
+    FETCH_SUBSCRIBER,
+    TRACK_STATUS_REQUESTER,
+    TRACK_STATUS_RESPONDER,
+    FetchInput,
+    FetchState,
+    StateMachine,
+    TrackStatusInput,
+    TrackStatusState,
+)
 
-__all__ = ["RequestsMixin"]
+if TYPE_CHECKING:
+    from .session_data import DataStreams
+    from .session_subscribe import Subscriptions
+
+__all__ = ["Requests"]
 
 _NO_PARAMS = MessageParameters()
 
 
-class RequestsMixin(SessionCore):
+class Requests:
     """FETCH and TRACK_STATUS commands and handlers (module docstring)."""
+
+    HANDLERS: ClassVar[dict[type, str]] = {
+        Fetch: "on_fetch",
+        FetchOk: "on_fetch_ok",
+        FetchError: "on_fetch_error",
+        FetchCancel: "on_fetch_cancel",
+        TrackStatus: "on_track_status",
+        TrackStatusOk: "on_track_status_ok",
+        TrackStatusError: "on_track_status_error",
+    }
+    """Handler method of each control message this role receives."""
+    REQUESTS: ClassVar[frozenset[type]] = frozenset((Fetch, TrackStatus))
+    """Messages that open a request (their handlers validate the request id, d14 §9.1)."""
+
+    def __init__(self, flow: RequestFlow, subs: Subscriptions) -> None:
+        self._flow = flow
+        self._subs = subs
+        self.data: DataStreams
+        """The data-plane role (set by the session right after construction)."""
+        self.fetch_out: dict[int, FetchRecord] = {}
+        """Our FETCHes, by request id."""
+        self.fetch_in: dict[int, FetchRecord] = {}
+        """The peer's FETCHes we serve, by request id."""
+        self._ts_out: dict[int, TrackStatusRecord] = {}
+        self._ts_in: dict[int, TrackStatusRecord] = {}
 
     # ------------------------------------------------------------ FETCH: commands
 
@@ -66,7 +109,7 @@ class RequestsMixin(SessionCore):
         auth_tokens: tuple[AuthToken, ...] = (),
     ) -> int:
         """Send a standalone FETCH of ``[start, end)``; ``end.object == 0`` = all of group."""
-        rid = self._start_request(
+        rid = self._flow.start_request(
             lambda rid: Fetch(
                 request_id=rid,
                 fetch_type=FetchType.STANDALONE,
@@ -79,7 +122,7 @@ class RequestsMixin(SessionCore):
                 parameters=with_tokens(parameters, auth_tokens),
             )
         )
-        self._fetch_out[rid] = self._new_fetch(rid, serving=False)
+        self.fetch_out[rid] = self._new_fetch(rid, serving=False)
         return rid
 
     def joining_fetch(
@@ -98,13 +141,13 @@ class RequestsMixin(SessionCore):
         Relative (default): ``joining_start`` groups before the subscription's Largest group;
         ``absolute``: from group ``joining_start``.
         """
-        sub = self._subs_out.get(subscription_request_id)
+        sub = self._subs.subs_out.get(subscription_request_id)
         if sub is None:
             raise LocalProtocolError(f"no subscription with request id {subscription_request_id}")
         if sub.filter_type is not FilterType.LARGEST_OBJECT:
             raise LocalProtocolError("joining FETCH needs a LargestObject subscription")
         kind = FetchType.ABSOLUTE_JOINING if absolute else FetchType.RELATIVE_JOINING
-        rid = self._start_request(
+        rid = self._flow.start_request(
             lambda rid: Fetch(
                 request_id=rid,
                 fetch_type=kind,
@@ -115,18 +158,18 @@ class RequestsMixin(SessionCore):
                 parameters=with_tokens(parameters, auth_tokens),
             )
         )
-        self._fetch_out[rid] = self._new_fetch(rid, serving=False)
+        self.fetch_out[rid] = self._new_fetch(rid, serving=False)
         return rid
 
     def fetch_cancel(self, request_id: int) -> None:
         """Abandon our fetch (FETCH_CANCEL); its stream, if any, is stopped."""
-        rec = self._fetch_rec(self._fetch_out, request_id)
+        rec = self._fetch_rec(self.fetch_out, request_id)
         rec.machine.apply(FetchInput.SEND_CANCEL)
-        self._send_control(FetchCancel(request_id=request_id))
+        self._flow.send_control(FetchCancel(request_id=request_id))
         if rec.stream_id is not None:
-            self._stop_data_stream(rec.stream_id)
-        del self._fetch_out[request_id]
-        self._abandon(request_id)  # FETCH_OK/ERROR or the stream may cross the cancel
+            self.data.stop_data_stream(rec.stream_id)
+        del self.fetch_out[request_id]
+        self._flow.abandon(request_id)  # FETCH_OK/ERROR or the stream may cross the cancel
 
     def accept_fetch(
         self,
@@ -138,7 +181,7 @@ class RequestsMixin(SessionCore):
         parameters: MessageParameters | None = None,
     ) -> None:
         """Answer the peer's FETCH with FETCH_OK; ``end`` is the end location plus one."""
-        rec = self._fetch_rec(self._fetch_in, request_id)
+        rec = self._fetch_rec(self.fetch_in, request_id)
         data = encode_control(
             FetchOk(
                 request_id=request_id,
@@ -152,23 +195,23 @@ class RequestsMixin(SessionCore):
 
     def reject_fetch(self, request_id: int, error_code: int, reason: str = "") -> None:
         """Answer the peer's FETCH with FETCH_ERROR (reset its stream first if one is open)."""
-        rec = self._fetch_rec(self._fetch_in, request_id)
+        rec = self._fetch_rec(self.fetch_in, request_id)
         data = encode_control(
             FetchError(request_id=request_id, error_code=error_code, reason=reason)
         )
         if rec.stream_id is not None and rec.machine.state is FetchState.PENDING_STREAMING:
-            self._reset_data_stream_quietly(rec.stream_id, StreamResetCode.INTERNAL_ERROR)
+            self.data.reset_data_stream_quietly(rec.stream_id, StreamResetCode.INTERNAL_ERROR)
         self._serve_fetch_step(rec, FetchInput.SEND_FETCH_ERROR, data)
 
     def _serve_fetch_step(self, rec: FetchRecord, inp: FetchInput, data: bytes) -> None:
         state = rec.machine.apply(inp)
-        self._send_raw_control(data)
+        self._flow.send_raw_control(data)
         if state is FetchState.CLOSED:
             self._drop_served_fetch(rec)
 
     def _drop_served_fetch(self, rec: FetchRecord) -> None:
-        self._fetch_in.pop(rec.request_id, None)
-        self._peer_request_done(rec.request_id)
+        self.fetch_in.pop(rec.request_id, None)
+        self._flow.peer_request_done(rec.request_id)
 
     def _fetch_rec(self, table: dict[int, FetchRecord], request_id: int) -> FetchRecord:
         rec = table.get(request_id)
@@ -178,14 +221,14 @@ class RequestsMixin(SessionCore):
 
     # ------------------------------------------------------------ FETCH: handlers
 
-    def _on_fetch(self, msg: Fetch, out: list[MoqtEvent]) -> None:
-        self._accept_peer_request_id(msg.request_id)
-        tokens = self._tokens(msg.parameters)
+    def on_fetch(self, msg: Fetch, out: list[MoqtEvent]) -> None:
+        self._flow.accept_peer_request_id(msg.request_id)
+        tokens = self._flow.tokens(msg.parameters)
         rec = self._new_fetch(msg.request_id, serving=True)
-        self._fetch_in[msg.request_id] = rec
+        self.fetch_in[msg.request_id] = rec
         ns, name, start, end = msg.track_namespace, msg.track_name, msg.start, msg.end
         if msg.is_joining:
-            sub = self._subs_in.get(msg.joining_request_id or 0)
+            sub = self._subs.subs_in.get(msg.joining_request_id or 0)
             if sub is None or msg.joining_request_id is None:
                 self.reject_fetch(
                     msg.request_id, FetchErrorCode.INVALID_JOINING_REQUEST_ID, "no such subscribe"
@@ -218,12 +261,12 @@ class RequestsMixin(SessionCore):
             )
         )
 
-    def _on_fetch_ok(self, msg: FetchOk, out: list[MoqtEvent]) -> None:
-        rec = self._lookup(self._fetch_out, msg.request_id, "FETCH_OK")
+    def on_fetch_ok(self, msg: FetchOk, out: list[MoqtEvent]) -> None:
+        rec = self._flow.lookup(self.fetch_out, msg.request_id, "FETCH_OK")
         if rec is None:
             return
         if rec.machine.apply(FetchInput.RECV_FETCH_OK) is FetchState.CLOSED:
-            self._fetch_out.pop(msg.request_id, None)
+            self.fetch_out.pop(msg.request_id, None)
         out.append(
             FetchAccepted(
                 request_id=msg.request_id,
@@ -234,26 +277,26 @@ class RequestsMixin(SessionCore):
             )
         )
 
-    def _on_fetch_error(self, msg: FetchError, out: list[MoqtEvent]) -> None:
-        rec = self._lookup(self._fetch_out, msg.request_id, "FETCH_ERROR")
+    def on_fetch_error(self, msg: FetchError, out: list[MoqtEvent]) -> None:
+        rec = self._flow.lookup(self.fetch_out, msg.request_id, "FETCH_ERROR")
         if rec is None:
             return
         rec.machine.apply(FetchInput.RECV_FETCH_ERROR)
-        self._fetch_out.pop(msg.request_id, None)
+        self.fetch_out.pop(msg.request_id, None)
         if rec.stream_id is not None:
-            self._stop_data_stream(rec.stream_id)
+            self.data.stop_data_stream(rec.stream_id)
         out.append(
             FetchRejected(request_id=msg.request_id, error_code=msg.error_code, reason=msg.reason)
         )
 
-    def _on_fetch_cancel(self, msg: FetchCancel, out: list[MoqtEvent]) -> None:
-        rec = self._fetch_in.get(msg.request_id)
+    def on_fetch_cancel(self, msg: FetchCancel, out: list[MoqtEvent]) -> None:
+        rec = self.fetch_in.get(msg.request_id)
         if rec is None:
-            self._unknown_reference(msg.request_id, "FETCH_CANCEL")
+            self._flow.unknown_reference(msg.request_id, "FETCH_CANCEL")
             return
         rec.machine.apply(FetchInput.RECV_CANCEL)
         if rec.stream_id is not None:
-            self._reset_data_stream_quietly(rec.stream_id, StreamResetCode.CANCELLED)
+            self.data.reset_data_stream_quietly(rec.stream_id, StreamResetCode.CANCELLED)
         self._drop_served_fetch(rec)
         out.append(FetchCancelled(request_id=msg.request_id))
 
@@ -268,7 +311,7 @@ class RequestsMixin(SessionCore):
         auth_tokens: tuple[AuthToken, ...] = (),
     ) -> int:
         """Ask for a track's status (TRACK_STATUS); returns its request id."""
-        rid = self._start_request(
+        rid = self._flow.start_request(
             lambda rid: TrackStatus(
                 request_id=rid,
                 track_namespace=track_namespace,
@@ -308,13 +351,13 @@ class RequestsMixin(SessionCore):
         if rec is None:
             raise LocalProtocolError(f"no track status request with id {request_id}")
         rec.machine.apply(inp)
-        self._send_raw_control(data)
+        self._flow.send_raw_control(data)
         del self._ts_in[request_id]
-        self._peer_request_done(request_id)
+        self._flow.peer_request_done(request_id)
 
-    def _on_track_status(self, msg: TrackStatus, out: list[MoqtEvent]) -> None:
-        self._accept_peer_request_id(msg.request_id)
-        tokens = self._tokens(msg.parameters)
+    def on_track_status(self, msg: TrackStatus, out: list[MoqtEvent]) -> None:
+        self._flow.accept_peer_request_id(msg.request_id)
+        tokens = self._flow.tokens(msg.parameters)
         self._ts_in[msg.request_id] = self._new_track_status(msg.request_id, responder=True)
         out.append(
             TrackStatusRequested(
@@ -326,8 +369,8 @@ class RequestsMixin(SessionCore):
             )
         )
 
-    def _on_track_status_ok(self, msg: TrackStatusOk, out: list[MoqtEvent]) -> None:
-        rec = self._lookup(self._ts_out, msg.request_id, "TRACK_STATUS_OK")
+    def on_track_status_ok(self, msg: TrackStatusOk, out: list[MoqtEvent]) -> None:
+        rec = self._flow.lookup(self._ts_out, msg.request_id, "TRACK_STATUS_OK")
         if rec is None:
             return
         rec.machine.apply(TrackStatusInput.RECV_OK)
@@ -342,8 +385,8 @@ class RequestsMixin(SessionCore):
             )
         )
 
-    def _on_track_status_error(self, msg: TrackStatusError, out: list[MoqtEvent]) -> None:
-        rec = self._lookup(self._ts_out, msg.request_id, "TRACK_STATUS_ERROR")
+    def on_track_status_error(self, msg: TrackStatusError, out: list[MoqtEvent]) -> None:
+        rec = self._flow.lookup(self._ts_out, msg.request_id, "TRACK_STATUS_ERROR")
         if rec is None:
             return
         rec.machine.apply(TrackStatusInput.RECV_ERROR)
@@ -352,6 +395,20 @@ class RequestsMixin(SessionCore):
             TrackStatusRejected(
                 request_id=msg.request_id, error_code=msg.error_code, reason=msg.reason
             )
+        )
+
+    # ------------------------------------------------------------ records
+
+    @staticmethod
+    def _new_fetch(rid: int, *, serving: bool) -> FetchRecord:
+        table = FETCH_PUBLISHER if serving else FETCH_SUBSCRIBER
+        return FetchRecord(request_id=rid, machine=StateMachine(table, FetchState.PENDING))
+
+    @staticmethod
+    def _new_track_status(rid: int, *, responder: bool) -> TrackStatusRecord:
+        table = TRACK_STATUS_RESPONDER if responder else TRACK_STATUS_REQUESTER
+        return TrackStatusRecord(
+            request_id=rid, machine=StateMachine(table, TrackStatusState.PENDING)
         )
 
 

@@ -1,14 +1,18 @@
-"""Subscriptions of a MoQT session: SUBSCRIBE*, UNSUBSCRIBE, PUBLISH*, PUBLISH_DONE (d14 §9.7-§9.15).
+"""The subscriptions role of a MoQT session: SUBSCRIBE*, UNSUBSCRIBE, PUBLISH*, PUBLISH_DONE
+(d14 §9.7-§9.15).
 
-Both directions live here: commands an application calls (``subscribe``, ``accept_subscribe``,
-``publish``, ...) and the handlers for the same messages arriving from the peer (``_on_*``).
-Every lifecycle step goes through the subscription transition tables in :mod:`.state`.
+:class:`Subscriptions` owns both directions: the commands an application calls (``subscribe``,
+``accept_subscribe``, ``publish``, ...; the session re-exports them), the handlers for the same
+messages arriving from the peer (``on_*``, listed in ``HANDLERS`` for the session's router),
+the subscription records of both sides and the track aliases. It shares request-id flow control
+through :class:`~.session_core.RequestFlow` and reaches the data plane through ``data``. Every
+lifecycle step goes through the subscription transition tables in :mod:`.state`.
 
 Invariants:
 
-* Subscriber-side records (``_subs_out``) are keyed by our SUBSCRIBE's request id or by the
-  peer's PUBLISH id; publisher-side records (``_subs_in``) by the peer's SUBSCRIBE id or our
-  PUBLISH id. A track alias maps to exactly one live record on each side (``_alias_in``,
+* Subscriber-side records (``subs_out``) are keyed by our SUBSCRIBE's request id or by the
+  peer's PUBLISH id; publisher-side records (``subs_in``) by the peer's SUBSCRIBE id or our
+  PUBLISH id. A track alias maps to exactly one live record on each side (``alias_in``,
   ``_alias_out``); a second use is DUPLICATE_TRACK_ALIAS (peer) or LocalProtocolError (us).
 * SUBSCRIBE_UPDATE only narrows (d14 §9.10): the current start/end is kept per record, resolved
   from the filter and Largest Location at SUBSCRIBE_OK time.
@@ -18,6 +22,9 @@ Invariants:
 """
 
 from __future__ import annotations
+
+from collections import OrderedDict
+from typing import TYPE_CHECKING, ClassVar
 
 from .codec import (
     AuthToken,
@@ -48,15 +55,21 @@ from .events import (
     SubscribeUpdated,
     Unsubscribed,
 )
-from .session_core import PublisherRecord, SessionCore, SubscriberRecord
+from .session_core import RETIRED_MAX, PublisherRecord, RequestFlow, SubscriberRecord
 from .state import (
+    SUBSCRIPTION_PUBLISHER,
+    SUBSCRIPTION_SUBSCRIBER,
     PublisherSubInput,
     PublisherSubState,
+    StateMachine,
     SubscriberSubInput,
     SubscriberSubState,
 )
 
-__all__ = ["SubscriptionsMixin", "resolve_start", "with_tokens"]
+if TYPE_CHECKING:
+    from .session_data import DataStreams
+
+__all__ = ["Subscriptions", "resolve_start", "with_tokens"]
 
 _NO_PARAMS = MessageParameters()
 
@@ -84,8 +97,40 @@ def resolve_start(
     return largest.next_object()
 
 
-class SubscriptionsMixin(SessionCore):
+class Subscriptions:
     """SUBSCRIBE / PUBLISH commands and handlers (see the module docstring)."""
+
+    HANDLERS: ClassVar[dict[type, str]] = {
+        Subscribe: "on_subscribe",
+        SubscribeOk: "on_subscribe_ok",
+        SubscribeError: "on_subscribe_error",
+        SubscribeUpdate: "on_subscribe_update",
+        Unsubscribe: "on_unsubscribe",
+        PublishDone: "on_publish_done",
+        Publish: "on_publish",
+        PublishOk: "on_publish_ok",
+        PublishError: "on_publish_error",
+    }
+    """Handler method of each control message this role receives."""
+    REQUESTS: ClassVar[frozenset[type]] = frozenset((Subscribe, SubscribeUpdate, Publish))
+    """Messages that open a request (their handlers validate the request id, d14 §9.1)."""
+
+    def __init__(self, flow: RequestFlow) -> None:
+        self._flow = flow
+        self.data: DataStreams
+        """The data-plane role (set by the session right after construction)."""
+        self.subs_out: dict[int, SubscriberRecord] = {}
+        """Subscriptions we receive objects for, by request id (our SUBSCRIBE, the peer's PUBLISH)."""
+        self.subs_in: dict[int, PublisherRecord] = {}
+        """Subscriptions we send objects for, by request id (the peer's SUBSCRIBE, our PUBLISH)."""
+        self.alias_in: dict[int, int] = {}
+        """The peer's track aliases (we subscribe) -> request id."""
+        self._alias_out: dict[int, int] = {}
+        self.retired_aliases: OrderedDict[int, None] = OrderedDict()
+        """Aliases of ended subscriptions: late data for them is dropped, not parked."""
+        self._next_alias = 0
+        self.lingering: dict[int, float] = {}
+        """Request id -> deadline for data streams still in flight after PUBLISH_DONE."""
 
     # ------------------------------------------------------------ subscriber: commands
 
@@ -104,7 +149,7 @@ class SubscriptionsMixin(SessionCore):
         auth_tokens: tuple[AuthToken, ...] = (),
     ) -> int:
         """Send SUBSCRIBE; returns its request id. ``start``/``end_group`` per the filter."""
-        rid = self._start_request(
+        rid = self._flow.start_request(
             lambda rid: Subscribe(
                 request_id=rid,
                 track_namespace=track_namespace,
@@ -118,7 +163,7 @@ class SubscriptionsMixin(SessionCore):
                 parameters=with_tokens(parameters, auth_tokens),
             )
         )
-        self._subs_out[rid] = self._new_subscriber(
+        self.subs_out[rid] = self._new_subscriber(
             rid,
             SubscriberSubState.PENDING,
             track_namespace=track_namespace,
@@ -143,13 +188,13 @@ class SubscriptionsMixin(SessionCore):
 
         ``end_group`` is inclusive (None = open-ended). Widening raises LocalProtocolError.
         """
-        rec = self._subs_out.get(request_id)
+        rec = self.subs_out.get(request_id)
         if rec is None:
             raise LocalProtocolError(f"no subscription with request id {request_id}")
         if not rec.machine.allows(SubscriberSubInput.SEND_UPDATE):
             rec.machine.apply(SubscriberSubInput.SEND_UPDATE)  # raises with the state name
         _check_narrowing(rec.start, rec.end_group, start, end_group, LocalProtocolError)
-        rid = self._start_request(
+        rid = self._flow.start_request(
             lambda rid: SubscribeUpdate(
                 request_id=rid,
                 subscription_request_id=request_id,
@@ -166,13 +211,13 @@ class SubscriptionsMixin(SessionCore):
 
     def unsubscribe(self, request_id: int) -> None:
         """Send UNSUBSCRIBE for our subscription (or an accepted PUBLISH)."""
-        rec = self._subs_out.get(request_id)
+        rec = self.subs_out.get(request_id)
         if rec is None:
             raise LocalProtocolError(f"no subscription with request id {request_id}")
         rec.machine.apply(SubscriberSubInput.SEND_UNSUBSCRIBE)
-        self._send_control(Unsubscribe(request_id=request_id))
+        self._flow.send_control(Unsubscribe(request_id=request_id))
         # The publisher should answer with PUBLISH_DONE; not every one does (d14 §9.12).
-        self._lingering[request_id] = self._now + self._config.publish_done_linger
+        self.lingering[request_id] = self._flow.now + self._flow.config.publish_done_linger
 
     def publish_ok(
         self,
@@ -202,7 +247,7 @@ class SubscriptionsMixin(SessionCore):
         rec.machine.apply(SubscriberSubInput.SEND_PUBLISH_OK)
         rec.filter_type, rec.end_group = filter_type, end_group
         rec.start = start if filter_type.has_start else rec.start
-        self._send_raw_control(data)
+        self._flow.send_raw_control(data)
 
     def publish_error(self, request_id: int, error_code: int, reason: str = "") -> None:
         """Refuse the peer's PUBLISH (PUBLISH_ERROR)."""
@@ -211,9 +256,9 @@ class SubscriptionsMixin(SessionCore):
             PublishError(request_id=request_id, error_code=error_code, reason=reason)
         )
         rec.machine.apply(SubscriberSubInput.SEND_PUBLISH_ERROR)
-        self._send_raw_control(data)
-        self._drop_subscriber(rec)
-        self._abandon(request_id)  # the publisher's PUBLISH_DONE may cross our error
+        self._flow.send_raw_control(data)
+        self.drop_subscriber(rec)
+        self._flow.abandon(request_id)  # the publisher's PUBLISH_DONE may cross our error
 
     # ------------------------------------------------------------ publisher: commands
 
@@ -247,7 +292,7 @@ class SubscriptionsMixin(SessionCore):
         rec.track_alias, rec.largest, rec.accepted = alias, largest, True
         rec.start = resolve_start(rec.filter_type, rec.start, largest)
         self._alias_out[alias] = request_id
-        self._send_raw_control(data)
+        self._flow.send_raw_control(data)
         return alias
 
     def reject_subscribe(self, request_id: int, error_code: int, reason: str = "") -> None:
@@ -257,7 +302,7 @@ class SubscriptionsMixin(SessionCore):
             SubscribeError(request_id=request_id, error_code=error_code, reason=reason)
         )
         rec.machine.apply(PublisherSubInput.SEND_SUBSCRIBE_ERROR)
-        self._send_raw_control(data)
+        self._flow.send_raw_control(data)
         self._drop_publisher(rec)
 
     def publish(
@@ -277,7 +322,7 @@ class SubscriptionsMixin(SessionCore):
         With ``forward`` the application may open subgroups before PUBLISH_OK (d14 §9.13).
         """
         alias = self._pick_alias(track_alias)
-        rid = self._start_request(
+        rid = self._flow.start_request(
             lambda rid: Publish(
                 request_id=rid,
                 track_namespace=track_namespace,
@@ -289,7 +334,7 @@ class SubscriptionsMixin(SessionCore):
                 parameters=with_tokens(parameters, auth_tokens),
             )
         )
-        self._subs_in[rid] = self._new_publisher(
+        self.subs_in[rid] = self._new_publisher(
             rid,
             PublisherSubState.OFFERED,
             track_namespace=track_namespace,
@@ -324,21 +369,21 @@ class SubscriptionsMixin(SessionCore):
             )
         )
         rec.machine.apply(PublisherSubInput.SEND_PUBLISH_DONE)
-        self._send_raw_control(data)
+        self._flow.send_raw_control(data)
         self._drop_publisher(rec)
         if unanswered:
-            self._abandon(request_id)  # a PUBLISH_OK/ERROR may cross our PUBLISH_DONE
+            self._flow.abandon(request_id)  # a PUBLISH_OK/ERROR may cross our PUBLISH_DONE
 
     # ------------------------------------------------------------ helpers
 
     def _subscriber(self, request_id: int) -> SubscriberRecord:
-        rec = self._subs_out.get(request_id)
+        rec = self.subs_out.get(request_id)
         if rec is None:
             raise LocalProtocolError(f"no subscription with request id {request_id}")
         return rec
 
     def _publisher(self, request_id: int) -> PublisherRecord:
-        rec = self._subs_in.get(request_id)
+        rec = self.subs_in.get(request_id)
         if rec is None:
             raise LocalProtocolError(f"no subscription with request id {request_id}")
         return rec
@@ -352,17 +397,17 @@ class SubscriptionsMixin(SessionCore):
 
     # ------------------------------------------------------------ handlers: subscriber side
 
-    def _on_subscribe_ok(self, msg: SubscribeOk, out: list[MoqtEvent]) -> None:
-        rec = self._lookup(self._subs_out, msg.request_id, "SUBSCRIBE_OK")
+    def on_subscribe_ok(self, msg: SubscribeOk, out: list[MoqtEvent]) -> None:
+        rec = self._flow.lookup(self.subs_out, msg.request_id, "SUBSCRIBE_OK")
         if rec is None:
             return
         rec.machine.apply(SubscriberSubInput.RECV_SUBSCRIBE_OK)
-        if msg.track_alias in self._alias_in:
+        if msg.track_alias in self.alias_in:
             raise DuplicateTrackAlias(f"track alias {msg.track_alias} already in use")
         rec.track_alias = msg.track_alias
         rec.start = resolve_start(rec.filter_type, rec.start, msg.largest)
-        self._alias_in[msg.track_alias] = rec.request_id
-        self._retired_aliases.pop(msg.track_alias, None)
+        self.alias_in[msg.track_alias] = rec.request_id
+        self.retired_aliases.pop(msg.track_alias, None)
         if rec.machine.state is SubscriberSubState.ESTABLISHED:
             out.append(
                 SubscribeAccepted(
@@ -374,15 +419,15 @@ class SubscriptionsMixin(SessionCore):
                     parameters=msg.parameters,
                 )
             )
-        self._alias_known(msg.track_alias, out)
+        self.data.alias_known(msg.track_alias, out)
 
-    def _on_subscribe_error(self, msg: SubscribeError, out: list[MoqtEvent]) -> None:
-        rec = self._lookup(self._subs_out, msg.request_id, "SUBSCRIBE_ERROR")
+    def on_subscribe_error(self, msg: SubscribeError, out: list[MoqtEvent]) -> None:
+        rec = self._flow.lookup(self.subs_out, msg.request_id, "SUBSCRIBE_ERROR")
         if rec is None:
             return
         was_pending = rec.machine.state is SubscriberSubState.PENDING
         rec.machine.apply(SubscriberSubInput.RECV_SUBSCRIBE_ERROR)
-        self._drop_subscriber(rec)
+        self.drop_subscriber(rec)
         if was_pending:
             out.append(
                 SubscribeRejected(
@@ -390,8 +435,8 @@ class SubscriptionsMixin(SessionCore):
                 )
             )
 
-    def _on_publish_done(self, msg: PublishDone, out: list[MoqtEvent]) -> None:
-        rec = self._lookup(self._subs_out, msg.request_id, "PUBLISH_DONE")
+    def on_publish_done(self, msg: PublishDone, out: list[MoqtEvent]) -> None:
+        rec = self._flow.lookup(self.subs_out, msg.request_id, "PUBLISH_DONE")
         if rec is None:
             return
         state = rec.machine.apply(SubscriberSubInput.RECV_PUBLISH_DONE)
@@ -404,18 +449,18 @@ class SubscriptionsMixin(SessionCore):
             )
         )
         if state is SubscriberSubState.CLOSED:
-            self._drop_subscriber(rec)
+            self.drop_subscriber(rec)
             return
         rec.expected_streams = msg.stream_count
-        self._lingering[rec.request_id] = self._now + self._config.publish_done_linger
-        self._check_subscriber_done(rec)
+        self.lingering[rec.request_id] = self._flow.now + self._flow.config.publish_done_linger
+        self.check_subscriber_done(rec)
 
-    def _on_publish(self, msg: Publish, out: list[MoqtEvent]) -> None:
-        self._accept_peer_request_id(msg.request_id)
-        if msg.track_alias in self._alias_in:
+    def on_publish(self, msg: Publish, out: list[MoqtEvent]) -> None:
+        self._flow.accept_peer_request_id(msg.request_id)
+        if msg.track_alias in self.alias_in:
             raise DuplicateTrackAlias(f"track alias {msg.track_alias} already in use")
-        tokens = self._tokens(msg.parameters)
-        self._subs_out[msg.request_id] = self._new_subscriber(
+        tokens = self._flow.tokens(msg.parameters)
+        self.subs_out[msg.request_id] = self._new_subscriber(
             msg.request_id,
             SubscriberSubState.OFFERED,
             track_namespace=msg.track_namespace,
@@ -423,8 +468,8 @@ class SubscriptionsMixin(SessionCore):
             filter_type=FilterType.LARGEST_OBJECT,
             track_alias=msg.track_alias,
         )
-        self._alias_in[msg.track_alias] = msg.request_id
-        self._retired_aliases.pop(msg.track_alias, None)
+        self.alias_in[msg.track_alias] = msg.request_id
+        self.retired_aliases.pop(msg.track_alias, None)
         out.append(
             PublishRequested(
                 request_id=msg.request_id,
@@ -438,15 +483,15 @@ class SubscriptionsMixin(SessionCore):
                 auth_tokens=tokens,
             )
         )
-        self._alias_known(msg.track_alias, out)
+        self.data.alias_known(msg.track_alias, out)
 
     # ------------------------------------------------------------ handlers: publisher side
 
-    def _on_subscribe(self, msg: Subscribe, out: list[MoqtEvent]) -> None:
-        self._accept_peer_request_id(msg.request_id)
+    def on_subscribe(self, msg: Subscribe, out: list[MoqtEvent]) -> None:
+        self._flow.accept_peer_request_id(msg.request_id)
         # (An AbsoluteRange ending before its start is already refused by the decoder.)
-        tokens = self._tokens(msg.parameters)
-        self._subs_in[msg.request_id] = self._new_publisher(
+        tokens = self._flow.tokens(msg.parameters)
+        self.subs_in[msg.request_id] = self._new_publisher(
             msg.request_id,
             PublisherSubState.REQUESTED,
             track_namespace=msg.track_namespace,
@@ -472,12 +517,12 @@ class SubscriptionsMixin(SessionCore):
             )
         )
 
-    def _on_subscribe_update(self, msg: SubscribeUpdate, out: list[MoqtEvent]) -> None:
-        self._accept_peer_request_id(msg.request_id)
-        self._peer_request_done(msg.request_id)  # no response: complete at once
-        rec = self._subs_in.get(msg.subscription_request_id)
+    def on_subscribe_update(self, msg: SubscribeUpdate, out: list[MoqtEvent]) -> None:
+        self._flow.accept_peer_request_id(msg.request_id)
+        self._flow.peer_request_done(msg.request_id)  # no response: complete at once
+        rec = self.subs_in.get(msg.subscription_request_id)
         if rec is None:
-            self._unknown_reference(msg.subscription_request_id, "SUBSCRIBE_UPDATE")
+            self._flow.unknown_reference(msg.subscription_request_id, "SUBSCRIBE_UPDATE")
             return
         end_group = msg.end_group - 1 if msg.end_group else None
         if end_group is not None and end_group < msg.start.group:
@@ -497,14 +542,14 @@ class SubscriptionsMixin(SessionCore):
             )
         )
 
-    def _on_unsubscribe(self, msg: Unsubscribe, out: list[MoqtEvent]) -> None:
-        rec = self._subs_in.get(msg.request_id)
+    def on_unsubscribe(self, msg: Unsubscribe, out: list[MoqtEvent]) -> None:
+        rec = self.subs_in.get(msg.request_id)
         if rec is None:
-            self._unknown_reference(msg.request_id, "UNSUBSCRIBE")
+            self._flow.unknown_reference(msg.request_id, "UNSUBSCRIBE")
             return
         requested = rec.machine.state is PublisherSubState.REQUESTED
         rec.machine.apply(PublisherSubInput.RECV_UNSUBSCRIBE)
-        self._cancel_publisher_streams(rec)
+        self.data.cancel_publisher_streams(rec)
         # State may only go once PUBLISH_DONE is sent (d14 §9.12); an unanswered SUBSCRIBE
         # gets its one response instead.
         if requested:
@@ -518,12 +563,12 @@ class SubscriptionsMixin(SessionCore):
                 stream_count=rec.streams_opened,
                 reason="unsubscribed",
             )
-        self._send_control(reply)
+        self._flow.send_control(reply)
         self._drop_publisher(rec)
         out.append(Unsubscribed(request_id=msg.request_id))
 
-    def _on_publish_ok(self, msg: PublishOk, out: list[MoqtEvent]) -> None:
-        rec = self._lookup(self._subs_in, msg.request_id, "PUBLISH_OK")
+    def on_publish_ok(self, msg: PublishOk, out: list[MoqtEvent]) -> None:
+        rec = self._flow.lookup(self.subs_in, msg.request_id, "PUBLISH_OK")
         if rec is None:
             return
         rec.machine.apply(PublisherSubInput.RECV_PUBLISH_OK)
@@ -543,15 +588,70 @@ class SubscriptionsMixin(SessionCore):
             )
         )
 
-    def _on_publish_error(self, msg: PublishError, out: list[MoqtEvent]) -> None:
-        rec = self._lookup(self._subs_in, msg.request_id, "PUBLISH_ERROR")
+    def on_publish_error(self, msg: PublishError, out: list[MoqtEvent]) -> None:
+        rec = self._flow.lookup(self.subs_in, msg.request_id, "PUBLISH_ERROR")
         if rec is None:
             return
         rec.machine.apply(PublisherSubInput.RECV_PUBLISH_ERROR)
-        self._cancel_publisher_streams(rec)
+        self.data.cancel_publisher_streams(rec)
         self._drop_publisher(rec)
         out.append(
             PublishRejected(request_id=msg.request_id, error_code=msg.error_code, reason=msg.reason)
+        )
+
+    # ------------------------------------------------------------ records
+
+    def _retire_alias(self, alias: int | None) -> None:
+        if alias is None:
+            return
+        self.alias_in.pop(alias, None)
+        self.retired_aliases[alias] = None
+        while len(self.retired_aliases) > RETIRED_MAX:
+            self.retired_aliases.popitem(last=False)
+
+    def _allocate_alias(self) -> int:
+        while self._next_alias in self._alias_out:
+            self._next_alias += 1
+        alias = self._next_alias
+        self._next_alias += 1
+        return alias
+
+    def drop_subscriber(self, rec: SubscriberRecord) -> None:
+        self.subs_out.pop(rec.request_id, None)
+        self.lingering.pop(rec.request_id, None)
+        self._retire_alias(rec.track_alias)
+        if not self._flow.is_ours(rec.request_id):
+            self._flow.peer_request_done(rec.request_id)
+
+    def _drop_publisher(self, rec: PublisherRecord) -> None:
+        self.subs_in.pop(rec.request_id, None)
+        if rec.track_alias is not None and self._alias_out.get(rec.track_alias) == rec.request_id:
+            del self._alias_out[rec.track_alias]
+        if not self._flow.is_ours(rec.request_id):
+            self._flow.peer_request_done(rec.request_id)
+
+    def check_subscriber_done(self, rec: SubscriberRecord) -> None:
+        """Close a DONE subscription once every counted data stream has come and gone."""
+        if rec.machine.state is not SubscriberSubState.DONE or rec.open_streams:
+            return
+        if rec.expected_streams is not None and rec.streams_seen >= rec.expected_streams:
+            rec.machine.apply(SubscriberSubInput.STREAMS_COMPLETE)
+            self.drop_subscriber(rec)
+
+    @staticmethod
+    def _new_subscriber(rid: int, state: SubscriberSubState, **kwargs: object) -> SubscriberRecord:
+        return SubscriberRecord(
+            request_id=rid,
+            machine=StateMachine(SUBSCRIPTION_SUBSCRIBER, state),
+            **kwargs,  # type: ignore[arg-type]
+        )
+
+    @staticmethod
+    def _new_publisher(rid: int, state: PublisherSubState, **kwargs: object) -> PublisherRecord:
+        return PublisherRecord(
+            request_id=rid,
+            machine=StateMachine(SUBSCRIPTION_PUBLISHER, state),
+            **kwargs,  # type: ignore[arg-type]
         )
 
 

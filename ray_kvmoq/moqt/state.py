@@ -8,9 +8,9 @@ a state by hand; it feeds the table an input and acts on the result.
 Invariants:
 
 * Any ``(state, input)`` pair missing from a table is an error. Inputs whose name starts with
-  ``SEND_`` are things *we* do (a missing pair raises :class:`~ray_kvmoq.moqt.errors.
+  ``SEND_`` are things *we* do (a missing pair raises :class:`~ray_kvmoq.moqt.codec.errors.
   LocalProtocolError`: the application misused the API); every other input is something the
-  *peer* did (a missing pair raises :class:`~ray_kvmoq.moqt.errors.ProtocolViolation`, which the
+  *peer* did (a missing pair raises :class:`~ray_kvmoq.moqt.codec.errors.ProtocolViolation`, which the
   session turns into a CONNECTION_CLOSE with PROTOCOL_VIOLATION).
 * ``CLOSED`` is terminal in every table: no pair starts from it.
 * Tables are plain data (``MappingProxyType``) and can be tested exhaustively over

@@ -172,7 +172,7 @@ def test_strict_client_blocks_without_max_request_id() -> None:
 
 def test_server_ignores_unknown_client_setup_params() -> None:
     h = Harness(setup=False)
-    h.client.session._control_stream_id = 0  # we script CLIENT_SETUP ourselves
+    h.client.session._flow.control_stream_id = 0  # we script CLIENT_SETUP ourselves
     params = SetupParameters(items=((0x40B5A, 1), (0x40B5A, 2), (0x21, b"x"), (0x2, 10)))
     h.inject(
         h.client, 0, encode_control(ClientSetup(versions=(0xFF000010, DRAFT_14), parameters=params))
@@ -220,8 +220,8 @@ def test_subscribe_objects_and_publish_done() -> None:
     h.pump()
     done = h.client.last(PublishDoneReceived)
     assert (done.status_code, done.stream_count, done.reason) == (2, 1, "bye")
-    assert rid not in c._subs_out  # one stream counted, one seen: state dropped
-    assert rid not in s._subs_in
+    assert rid not in c._subs.subs_out  # one stream counted, one seen: state dropped
+    assert rid not in s._subs.subs_in
 
 
 def test_publish_done_before_data_waits_for_streams() -> None:
@@ -232,13 +232,13 @@ def test_publish_done_before_data_waits_for_streams() -> None:
     s.write_object(sid, 0, b"x")
     s.publish_done(rid, PublishDoneCode.SUBSCRIPTION_ENDED, stream_count=2)
     h.pump()
-    assert rid in c._subs_out  # one of two streams still outstanding
-    s._send_streams.pop(sid)  # the record is gone, write the FIN directly
+    assert rid in c._subs.subs_out  # one of two streams still outstanding
+    s._data._send_streams.pop(sid)  # the record is gone, write the FIN directly
     h.server.quic.send_stream_data(sid, b"", end_stream=True)
     h.pump()
-    assert rid in c._subs_out
+    assert rid in c._subs.subs_out
     h.advance(6.0)  # publish_done_linger
-    assert rid not in c._subs_out
+    assert rid not in c._subs.subs_out
 
 
 @pytest.mark.parametrize(
@@ -257,8 +257,8 @@ def test_filter_types(
     rid, _ = subscribed(h, filter_type=filter_type, start=start, end_group=end_group)
     req = h.server.last(SubscribeRequested)
     assert (req.filter_type, req.start, req.end_group) == (filter_type, start, end_group)
-    assert h.server.session._subs_in[rid].start == resolved
-    assert h.client.session._subs_out[rid].start == resolved
+    assert h.server.session._subs.subs_in[rid].start == resolved
+    assert h.client.session._subs.subs_out[rid].start == resolved
     # Narrowing is fine, in both directions of the check.
     upd = h.client.session.subscribe_update(
         rid, start=Location(resolved.group, resolved.object + 1), end_group=8, forward=False
@@ -332,7 +332,7 @@ def test_objects_before_subscribe_ok_are_parked() -> None:
     h.pump()
     assert [o.payload for o in objects(h)] == [b"abcd", b"efgh"]
     assert h.client.last(SubgroupStreamEnded).request_id == rid
-    assert h.client.session._parked_total == 0
+    assert h.client.session._data._parked_total == 0
 
 
 def test_stop_sending_is_answered_with_reset() -> None:
@@ -414,7 +414,7 @@ def test_publish_flow() -> None:
     h.pump()
     assert [o.payload for o in objects(h)] == [b"early", b"late"]
     assert h.client.last(PublishDoneReceived).stream_count == 1
-    assert rid not in c._subs_out
+    assert rid not in c._subs.subs_out
 
 
 def test_publish_error() -> None:
@@ -470,7 +470,7 @@ def test_standalone_fetch() -> None:
     ]
     assert got[1].extensions == ((0x20, 7),)
     assert h.client.last(FetchStreamEnded).request_id == rid
-    assert rid not in c._fetch_out and rid not in s._fetch_in
+    assert rid not in c._requests.fetch_out and rid not in s._requests.fetch_in
 
 
 def test_fetch_rejected_with_unknown_code() -> None:
@@ -499,7 +499,7 @@ def test_fetch_cancel_resets_stream() -> None:
     s.write_fetch_object(sid, group=0, subgroup=0, object_id=1, payload=b"b")  # dropped
     h.pump()
     assert [o.payload for o in objects(h)] == [b"a"]
-    assert rid not in s._fetch_in and h.client.terminated is None
+    assert rid not in s._requests.fetch_in and h.client.terminated is None
 
 
 def test_fetch_cancel_before_response_swallows_crossing_ok() -> None:
@@ -553,8 +553,8 @@ def test_joining_fetch_before_subscribe_answered_and_refusals() -> None:
     assert h.client.last(FetchRejected).error_code == FetchErrorCode.INVALID_RANGE
     # An unknown joining request id gets INVALID_JOINING_REQUEST_ID (raw: our API refuses it).
     nxt = c.next_request_id
-    c._next_request_id += 2
-    c._fetch_out[nxt] = c._new_fetch(nxt, serving=False)
+    c._flow.next_request_id += 2
+    c._requests.fetch_out[nxt] = c._requests._new_fetch(nxt, serving=False)
     h.inject(h.client, 0, bytes.fromhex(f"16 0007 {nxt:02x} 80 01 02 {nxt + 40:02x} 00 00"))
     assert h.client.last(FetchRejected).error_code == FetchErrorCode.INVALID_JOINING_REQUEST_ID
     with pytest.raises(LocalProtocolError):
@@ -588,7 +588,7 @@ def test_publish_namespace_lifecycle() -> None:
     assert h.server.last(PublishNamespaceDone) == PublishNamespaceDone(
         track_namespace=NS, request_ids=(rid,)
     )
-    assert not s._pubns_in and not c._pubns_out
+    assert not s._namespaces._pubns_in and not c._namespaces._pubns_out
     with pytest.raises(LocalProtocolError):
         c.publish_namespace_done(NS)
 
@@ -607,7 +607,7 @@ def test_publish_namespace_reject_and_cancel() -> None:
     cancelled = h.client.last(PublishNamespaceCancelled)
     assert (cancelled.request_ids, cancelled.error_code) == ((r2,), 4)
     # A DONE for a namespace the server already dropped is ignored.
-    c._pubns_out[r2] = c._new_namespace(r2, (b"b",), responder=False)
+    c._namespaces._pubns_out[r2] = c._namespaces._new_namespace(r2, (b"b",), responder=False)
     c.publish_namespace_done((b"b",))
     h.pump()
     assert h.server.terminated is None and h.server.of_type(PublishNamespaceDone) == []
@@ -634,8 +634,8 @@ def test_subscribe_namespace_empty_prefix_and_unsubscribe() -> None:
     c, s = h.client.session, h.server.session
     nxt = c.next_request_id
     # Our API refuses an empty prefix, so write the bytes moq-dev sends and book the id.
-    c._next_request_id += 2
-    c._subns_out[nxt] = c._new_namespace(nxt, (), responder=False)
+    c._flow.next_request_id += 2
+    c._namespaces._subns_out[nxt] = c._namespaces._new_namespace(nxt, (), responder=False)
     h.inject(h.client, 0, bytes.fromhex(f"11 0003 {nxt:02x} 00 00"))
     req = h.server.last(SubscribeNamespaceRequested)
     assert req.track_namespace_prefix == ()
@@ -786,7 +786,7 @@ def test_auth_token_aliases() -> None:
     assert reqs[0].auth_tokens == (reg,)
     assert reqs[1].auth_tokens[0].value == b"jwt" and reqs[1].auth_tokens[0].token_type == 1
     assert reqs[2].auth_tokens == ()
-    assert h.server.session._token_cache_bytes == 0
+    assert h.server.session._flow._token_cache_bytes == 0
 
 
 # ------------------------------------------------------------------------------ misc
@@ -859,7 +859,7 @@ def _walk_step(h: Harness, data: st.DataObject, opened: dict[int, int]) -> None:
     ]
     op = data.draw(st.sampled_from(ops))
     pick = lambda xs: data.draw(st.sampled_from(xs)) if xs else None  # noqa: E731
-    subs_in = list(s._subs_in)
+    subs_in = list(s._subs.subs_in)
     if op == "subscribe":
         f = data.draw(st.sampled_from(list(FilterType)))
         start = Location(1, 0) if f.has_start else None
@@ -877,37 +877,37 @@ def _walk_step(h: Harness, data: st.DataObject, opened: dict[int, int]) -> None:
             s.end_subgroup(sid)
             opened.pop(rid, None)
     elif op == "done" and (rid := pick(subs_in)) is not None:
-        for sid in s._subs_in[rid].open_streams.copy():
+        for sid in s._subs.subs_in[rid].open_streams.copy():
             s.end_subgroup(sid)
         opened.pop(rid, None)
         s.publish_done(rid, 2)
-    elif op == "unsubscribe" and (rid := pick(list(c._subs_out))) is not None:
+    elif op == "unsubscribe" and (rid := pick(list(c._subs.subs_out))) is not None:
         c.unsubscribe(rid)
-    elif op == "update" and (rid := pick(list(c._subs_out))) is not None:
-        cur = c._subs_out[rid].start or Location(0, 0)
-        c.subscribe_update(rid, start=cur, end_group=c._subs_out[rid].end_group)
+    elif op == "update" and (rid := pick(list(c._subs.subs_out))) is not None:
+        cur = c._subs.subs_out[rid].start or Location(0, 0)
+        c.subscribe_update(rid, start=cur, end_group=c._subs.subs_out[rid].end_group)
     elif op == "fetch":
         c.fetch(NS, TRACK, start=Location(0, 0), end=Location(2, 0))
-    elif op == "join" and (rid := pick(list(c._subs_out))) is not None:
+    elif op == "join" and (rid := pick(list(c._subs.subs_out))) is not None:
         c.joining_fetch(rid, 1)
-    elif op == "answer_fetch" and (fid := pick(list(s._fetch_in))) is not None:
+    elif op == "answer_fetch" and (fid := pick(list(s._requests.fetch_in))) is not None:
         if data.draw(st.booleans()):
             s.accept_fetch(fid, end=Location(2, 0))
         else:
             s.reject_fetch(fid, 500)
-    elif op == "serve_fetch" and (fid := pick(list(s._fetch_in))) is not None:
-        rec = s._fetch_in[fid]
+    elif op == "serve_fetch" and (fid := pick(list(s._requests.fetch_in))) is not None:
+        rec = s._requests.fetch_in[fid]
         if rec.stream_id is None:
             sid = s.open_fetch_stream(fid)
             s.write_fetch_object(sid, group=0, subgroup=0, object_id=0, payload=b"f")
         else:
             s.end_fetch_stream(rec.stream_id)
-    elif op == "cancel_fetch" and (fid := pick(list(c._fetch_out))) is not None:
+    elif op == "cancel_fetch" and (fid := pick(list(c._requests.fetch_out))) is not None:
         c.fetch_cancel(fid)
     elif op == "publish":
         s.publish(NS, b"pub%d" % data.draw(st.integers(0, 3)))
     elif op == "answer_publish":
-        offered = [r for r, rec in c._subs_out.items() if rec.machine.state.name == "OFFERED"]
+        offered = [r for r, rec in c._subs.subs_out.items() if rec.machine.state.name == "OFFERED"]
         if (rid := pick(offered)) is not None:
             if data.draw(st.booleans()):
                 c.publish_ok(rid)
@@ -922,7 +922,7 @@ def _walk_step(h: Harness, data: st.DataObject, opened: dict[int, int]) -> None:
     elif op == "status":
         c.track_status(NS, TRACK)
         h.pump()
-        for rid in list(s._ts_in):
+        for rid in list(s._requests._ts_in):
             s.track_status_ok(rid)
     elif op == "subns":
         rid = c.subscribe_namespace((b"kv",))
@@ -1004,7 +1004,7 @@ def test_reset_fetch_stream_after_ok_ends_the_fetch() -> None:
     h.pump()
     s.reset_subgroup(sid, StreamResetCode.INTERNAL_ERROR)  # the upstream failed mid-way
     h.pump()
-    assert rid not in s._fetch_in and rid not in c._fetch_out
+    assert rid not in s._requests.fetch_in and rid not in c._requests.fetch_out
     reset = h.client.last(DataStreamReset)
     assert (reset.request_id, reset.error_code) == (rid, StreamResetCode.INTERNAL_ERROR)
     s.reset_subgroup(sid)  # again: a no-op
@@ -1023,7 +1023,7 @@ def test_reject_fetch_after_stream_opened_resets_it() -> None:
     s.reject_fetch(rid, FetchErrorCode.TIMEOUT, "upstream timed out")
     h.pump()
     assert h.client.last(FetchRejected).error_code == FetchErrorCode.TIMEOUT
-    assert rid not in s._fetch_in and rid not in c._fetch_out
+    assert rid not in s._requests.fetch_in and rid not in c._requests.fetch_out
     assert h.client.terminated is None and h.server.terminated is None
 
 
@@ -1108,8 +1108,8 @@ def test_data_crossing_unsubscribe_is_dropped() -> None:
     h.inject_uni(h.server, bytes([0x10, alias, 5, 0x80, 0, 1]) + b"x")
     assert [o.payload for o in objects(h)] == [b"before"]
     assert h.client.last(PublishDoneReceived).status_code == PublishDoneCode.SUBSCRIPTION_ENDED
-    assert not c._subs_out
-    assert all(st.ignore for st in c._recv.values())  # whatever is left is being dropped
+    assert not c._subs.subs_out
+    assert all(st.ignore for st in c._data._recv.values())  # whatever is left is being dropped
     assert h.client.terminated is None and h.server.terminated is None
 
 
@@ -1131,10 +1131,10 @@ def test_fetch_stream_crossing_cancel_is_stopped() -> None:
 def test_parked_stream_reset_releases_its_budget() -> None:
     h = Harness()
     sid = h.inject_uni(h.server, bytes.fromhex("10 09 01 80 00 04 61626364"))
-    assert h.client.session._parked_total > 0
+    assert h.client.session._data._parked_total > 0
     h.server.quic.reset_stream(sid, StreamResetCode.CANCELLED)
     h.pump()
-    assert h.client.session._parked_total == 0 and not h.client.session._parked_by_alias
+    assert h.client.session._data._parked_total == 0 and not h.client.session._data.parked_by_alias
     assert h.client.session.get_timer() is None
     h.advance(5.0)
     assert h.client.terminated is None
@@ -1154,7 +1154,7 @@ def test_cancel_namespace_answers_pending_announcements_with_error() -> None:
     h.pump()
     assert h.client.last(PublishNamespaceCancelled).request_ids == (r1,)
     assert h.client.last(PublishNamespaceRejected).request_id == r2
-    assert not c._pubns_out and not s._pubns_in
+    assert not c._namespaces._pubns_out and not s._namespaces._pubns_in
     # Only pending ones: an ERROR each and no CANCEL at all.
     r3 = c.publish_namespace(NS)
     h.pump()

@@ -934,8 +934,8 @@ def test_joining_fetch_unknown_subscription_gets_invalid_joining_request_id() ->
     h.server.session.reject_subscribe(0, 4)
     h.pump()
     fid = c.next_request_id
-    c._next_request_id += 2
-    c._fetch_out[fid] = c._new_fetch(fid, serving=False)
+    c._flow.next_request_id += 2
+    c._requests.fetch_out[fid] = c._requests._new_fetch(fid, serving=False)
     fetch = Fetch(
         request_id=fid, fetch_type=FetchType.ABSOLUTE_JOINING, joining_request_id=0, joining_start=0
     )
@@ -960,7 +960,7 @@ def test_data_for_retired_alias_is_stopped_not_fatal() -> None:
     h.client.session.unsubscribe(0)
     h.pump()  # the server answers UNSUBSCRIBE with PUBLISH_DONE: alias 0 is retired
     assert h.client.last(PublishDoneReceived).status_code == PublishDoneCode.SUBSCRIPTION_ENDED
-    assert not h.client.session._subs_out
+    assert not h.client.session._subs.subs_out
     h.inject_uni(h.server, bytes.fromhex("10 00 05 80 00 01 61"))
     h.advance(5.0)
     assert h.client.terminated is None
@@ -986,7 +986,7 @@ def test_flood_of_small_control_messages_is_bounded() -> None:
     h.pump()
     h.inject(h.client, 0, enc(Unsubscribe(request_id=0)) * 2000)
     assert h.server.terminated is None
-    assert not h.server.session._subs_in
+    assert not h.server.session._subs.subs_in
     assert len(h.server.of_type(SubscribeRequested)) == 1
 
 

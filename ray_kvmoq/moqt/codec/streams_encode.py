@@ -4,7 +4,7 @@ Each object encoder comes in two forms: ``*_header`` returns the bytes that prec
 payload (so a transport can send a large payload without concatenating it), and the plain form
 returns header plus payload, or appends both to a caller's ``bytearray`` (``out=``). Encoders
 validate our own values and raise :class:`LocalProtocolError`; they always write minimal
-varints. :mod:`.data` re-exports everything here.
+varints. :mod:`.streams` re-exports everything here.
 """
 
 from __future__ import annotations
