@@ -21,61 +21,30 @@ parameters, auth tokens and the field codecs families share), :mod:`.errors` (th
 with wire codes) and :mod:`.control` (control-frame framing: assembles every family's
 ``CODECS`` into one dispatch table and parses a control stream incrementally).
 
-The names below are the codec's public surface (pinned by ``tests/moqt/test_public_surface.py``).
+``__all__`` (every family's ``__all__`` plus the shared values) is the codec's public surface (pinned by ``tests/moqt/test_public_surface.py``).
 Everything here is pure stdlib: no I/O, no clock, no asyncio.
 """
 
 from __future__ import annotations
 
-from .control import (
-    MESSAGE_CLASSES,
-    SUPPORTED_VERSIONS,
-    ControlStreamParser,
-    Message,
-    decode_control,
-    encode_control,
-    read_control_frame,
+from . import (
+    control,
+    datagrams,
+    errors,
+    fetch,
+    goaway,
+    namespace,
+    publish,
+    setup,
+    streams,
+    subscribe,
+    track_status,
+    types,
 )
-from .datagrams import (
-    ObjectDatagram,
-    decode_datagram,
-    encode_datagram,
-)
-from .errors import (
-    AuthTokenCacheOverflow,
-    ControlMessageTimeout,
-    DataStreamTimeout,
-    DuplicateAuthTokenAlias,
-    DuplicateTrackAlias,
-    ExpiredAuthToken,
-    GoawayTimeout,
-    InvalidAuthority,
-    InvalidPath,
-    InvalidRequestId,
-    KeyValueFormattingError,
-    LocalProtocolError,
-    MalformedAuthority,
-    MalformedAuthToken,
-    MalformedPath,
-    MoqtError,
-    NeedMoreData,
-    ObjectTooLarge,
-    ProtocolViolation,
-    RemoteProtocolError,
-    SessionTimeout,
-    TooManyRequests,
-    Unauthorized,
-    UnknownAuthTokenAlias,
-    UnknownMessageType,
-    UnknownStreamType,
-    VersionNegotiationFailed,
-)
-from .fetch import (
-    Fetch,
-    FetchCancel,
-    FetchError,
-    FetchOk,
-)
+from .control import *  # noqa: F403
+from .datagrams import *  # noqa: F403
+from .errors import *  # noqa: F403
+from .fetch import *  # noqa: F403
 from .fields import (
     AuthToken,
     DecodeOptions,
@@ -84,211 +53,35 @@ from .fields import (
     Parameters,
     SetupParameters,
 )
-from .goaway import (
-    Goaway,
-)
-from .namespace import (
-    PublishNamespace,
-    PublishNamespaceCancel,
-    PublishNamespaceDone,
-    PublishNamespaceError,
-    PublishNamespaceOk,
-    SubscribeNamespace,
-    SubscribeNamespaceError,
-    SubscribeNamespaceOk,
-    UnsubscribeNamespace,
-)
-from .publish import (
-    Publish,
-    PublishDone,
-    PublishError,
-    PublishOk,
-)
-from .setup import (
-    ClientSetup,
-    MaxRequestId,
-    RequestsBlocked,
-    ServerSetup,
-)
-from .streams import (
-    DEFAULT_MAX_EXTENSIONS_SIZE,
-    DataEvent,
-    DataStreamParser,
-    FetchHeaderParsed,
-    ObjectParsed,
-    StreamFinished,
-    SubgroupHeaderParsed,
-    encode_fetch_header,
-    encode_fetch_object,
-    encode_fetch_object_header,
-    encode_subgroup_header,
-    encode_subgroup_object,
-    encode_subgroup_object_header,
-)
-from .subscribe import (
-    Subscribe,
-    SubscribeError,
-    SubscribeOk,
-    SubscribeUpdate,
-    Unsubscribe,
-)
-from .track_status import (
-    TrackStatus,
-    TrackStatusError,
-    TrackStatusOk,
-)
-from .types import (
-    ALPN,
-    DEFAULT_MAX_OBJECT_SIZE,
-    DRAFT_14,
-    MAX_CONTROL_PAYLOAD,
-    MAX_FULL_TRACK_NAME,
-    MAX_GOAWAY_URI,
-    MAX_KVP_VALUE,
-    MAX_NAMESPACE_FIELDS,
-    MAX_REASON,
-    MAX_VARINT,
-    DatagramType,
-    DataStreamType,
-    FetchErrorCode,
-    FetchType,
-    FilterType,
-    GroupOrder,
-    MessageParameter,
-    MessageType,
-    ObjectStatus,
-    PublishDoneCode,
-    PublishErrorCode,
-    PublishNamespaceErrorCode,
-    SessionError,
-    SetupParameter,
-    StreamResetCode,
-    SubgroupIdMode,
-    SubscribeErrorCode,
-    SubscribeNamespaceErrorCode,
-    TokenAliasType,
-)
-from .wire import (
-    decode_varint,
-    encode_varint,
-)
+from .goaway import *  # noqa: F403
+from .namespace import *  # noqa: F403
+from .publish import *  # noqa: F403
+from .setup import *  # noqa: F403
+from .streams import *  # noqa: F403
+from .subscribe import *  # noqa: F403
+from .track_status import *  # noqa: F403
+from .types import *  # noqa: F403
+from .wire import decode_varint, encode_varint
 
-__all__ = [
-    "ALPN",
-    "DEFAULT_MAX_EXTENSIONS_SIZE",
-    "DEFAULT_MAX_OBJECT_SIZE",
-    "DRAFT_14",
-    "MAX_CONTROL_PAYLOAD",
-    "MAX_FULL_TRACK_NAME",
-    "MAX_GOAWAY_URI",
-    "MAX_KVP_VALUE",
-    "MAX_NAMESPACE_FIELDS",
-    "MAX_REASON",
-    "MAX_VARINT",
-    "MESSAGE_CLASSES",
-    "SUPPORTED_VERSIONS",
+__all__: list[str] = [
     "AuthToken",
-    "AuthTokenCacheOverflow",
-    "ClientSetup",
-    "ControlMessageTimeout",
-    "ControlStreamParser",
-    "DataEvent",
-    "DataStreamParser",
-    "DataStreamTimeout",
-    "DataStreamType",
-    "DatagramType",
     "DecodeOptions",
-    "DuplicateAuthTokenAlias",
-    "DuplicateTrackAlias",
-    "ExpiredAuthToken",
-    "Fetch",
-    "FetchCancel",
-    "FetchError",
-    "FetchErrorCode",
-    "FetchHeaderParsed",
-    "FetchOk",
-    "FetchType",
-    "FilterType",
-    "Goaway",
-    "GoawayTimeout",
-    "GroupOrder",
-    "InvalidAuthority",
-    "InvalidPath",
-    "InvalidRequestId",
-    "KeyValueFormattingError",
-    "LocalProtocolError",
     "Location",
-    "MalformedAuthToken",
-    "MalformedAuthority",
-    "MalformedPath",
-    "MaxRequestId",
-    "Message",
-    "MessageParameter",
     "MessageParameters",
-    "MessageType",
-    "MoqtError",
-    "NeedMoreData",
-    "ObjectDatagram",
-    "ObjectParsed",
-    "ObjectStatus",
-    "ObjectTooLarge",
     "Parameters",
-    "ProtocolViolation",
-    "Publish",
-    "PublishDone",
-    "PublishDoneCode",
-    "PublishError",
-    "PublishErrorCode",
-    "PublishNamespace",
-    "PublishNamespaceCancel",
-    "PublishNamespaceDone",
-    "PublishNamespaceError",
-    "PublishNamespaceErrorCode",
-    "PublishNamespaceOk",
-    "PublishOk",
-    "RemoteProtocolError",
-    "RequestsBlocked",
-    "ServerSetup",
-    "SessionError",
-    "SessionTimeout",
-    "SetupParameter",
     "SetupParameters",
-    "StreamFinished",
-    "StreamResetCode",
-    "SubgroupHeaderParsed",
-    "SubgroupIdMode",
-    "Subscribe",
-    "SubscribeError",
-    "SubscribeErrorCode",
-    "SubscribeNamespace",
-    "SubscribeNamespaceError",
-    "SubscribeNamespaceErrorCode",
-    "SubscribeNamespaceOk",
-    "SubscribeOk",
-    "SubscribeUpdate",
-    "TokenAliasType",
-    "TooManyRequests",
-    "TrackStatus",
-    "TrackStatusError",
-    "TrackStatusOk",
-    "Unauthorized",
-    "UnknownAuthTokenAlias",
-    "UnknownMessageType",
-    "UnknownStreamType",
-    "Unsubscribe",
-    "UnsubscribeNamespace",
-    "VersionNegotiationFailed",
-    "decode_control",
-    "decode_datagram",
     "decode_varint",
-    "encode_control",
-    "encode_datagram",
-    "encode_fetch_header",
-    "encode_fetch_object",
-    "encode_fetch_object_header",
-    "encode_subgroup_header",
-    "encode_subgroup_object",
-    "encode_subgroup_object_header",
     "encode_varint",
-    "read_control_frame",
 ]
+__all__ += control.__all__
+__all__ += datagrams.__all__
+__all__ += errors.__all__
+__all__ += fetch.__all__
+__all__ += goaway.__all__
+__all__ += namespace.__all__
+__all__ += publish.__all__
+__all__ += setup.__all__
+__all__ += streams.__all__
+__all__ += subscribe.__all__
+__all__ += track_status.__all__
+__all__ += types.__all__

@@ -34,24 +34,7 @@ from .errors import (
     ProtocolViolation,
     UnknownMessageType,
 )
-from .fetch import Fetch, FetchCancel, FetchError, FetchOk
 from .fields import DecodeOptions
-from .goaway import Goaway
-from .namespace import (
-    PublishNamespace,
-    PublishNamespaceCancel,
-    PublishNamespaceDone,
-    PublishNamespaceError,
-    PublishNamespaceOk,
-    SubscribeNamespace,
-    SubscribeNamespaceError,
-    SubscribeNamespaceOk,
-    UnsubscribeNamespace,
-)
-from .publish import Publish, PublishDone, PublishError, PublishOk
-from .setup import ClientSetup, MaxRequestId, RequestsBlocked, ServerSetup
-from .subscribe import Subscribe, SubscribeError, SubscribeOk, SubscribeUpdate, Unsubscribe
-from .track_status import TrackStatus, TrackStatusError, TrackStatusOk
 from .types import DRAFT_14, MAX_CONTROL_PAYLOAD, MessageType
 from .wire import Reader, Writer, decode_varint
 
@@ -69,36 +52,13 @@ SUPPORTED_VERSIONS = frozenset({DRAFT_14})
 """Versions this codec implements."""
 
 Message = (
-    ClientSetup
-    | ServerSetup
-    | Goaway
-    | MaxRequestId
-    | RequestsBlocked
-    | Subscribe
-    | SubscribeOk
-    | SubscribeError
-    | SubscribeUpdate
-    | Unsubscribe
-    | PublishDone
-    | Publish
-    | PublishOk
-    | PublishError
-    | Fetch
-    | FetchOk
-    | FetchError
-    | FetchCancel
-    | TrackStatus
-    | TrackStatusOk
-    | TrackStatusError
-    | PublishNamespace
-    | PublishNamespaceOk
-    | PublishNamespaceError
-    | PublishNamespaceDone
-    | PublishNamespaceCancel
-    | SubscribeNamespace
-    | SubscribeNamespaceOk
-    | SubscribeNamespaceError
-    | UnsubscribeNamespace
+    setup.SetupMessage
+    | goaway.GoawayMessage
+    | subscribe.SubscribeMessage
+    | publish.PublishMessage
+    | fetch.FetchMessage
+    | track_status.TrackStatusMessage
+    | namespace.NamespaceMessage
 )
 """Any control message."""
 

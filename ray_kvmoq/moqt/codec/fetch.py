@@ -36,10 +36,10 @@ from .types import FetchType, GroupOrder, MessageType
 from .wire import Reader, Writer
 
 __all__ = [
-    "CODECS",
     "Fetch",
     "FetchCancel",
     "FetchError",
+    "FetchMessage",
     "FetchOk",
 ]
 
@@ -219,3 +219,6 @@ CODECS: Codecs = {
     MessageType.FETCH_CANCEL: (FetchCancel, enc_request_id, partial(dec_request_id, FetchCancel)),
 }
 """Registry entries of the FETCH family."""
+
+FetchMessage = Fetch | FetchOk | FetchError | FetchCancel
+"""Any message of this family."""

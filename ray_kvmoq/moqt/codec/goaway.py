@@ -13,8 +13,8 @@ from .types import MAX_GOAWAY_URI, MessageType
 from .wire import Reader, Writer
 
 __all__ = [
-    "CODECS",
     "Goaway",
+    "GoawayMessage",
 ]
 
 
@@ -41,3 +41,6 @@ def dec_goaway(r: Reader, opts: DecodeOptions) -> Goaway:
 
 CODECS: Codecs = {MessageType.GOAWAY: (Goaway, enc_goaway, dec_goaway)}
 """Registry entry of GOAWAY."""
+
+GoawayMessage = Goaway
+"""Any message of this family."""

@@ -29,7 +29,7 @@ from .types import MessageType
 from .wire import Reader, Writer
 
 __all__ = [
-    "CODECS",
+    "NamespaceMessage",
     "PublishNamespace",
     "PublishNamespaceCancel",
     "PublishNamespaceDone",
@@ -261,3 +261,16 @@ CODECS: Codecs = {
     ),
 }
 """Registry entries of the namespace family."""
+
+NamespaceMessage = (
+    PublishNamespace
+    | PublishNamespaceOk
+    | PublishNamespaceError
+    | PublishNamespaceDone
+    | PublishNamespaceCancel
+    | SubscribeNamespace
+    | SubscribeNamespaceOk
+    | SubscribeNamespaceError
+    | UnsubscribeNamespace
+)
+"""Any message of this family."""

@@ -34,10 +34,10 @@ from .types import FilterType, GroupOrder, MessageType
 from .wire import Reader, Writer
 
 __all__ = [
-    "CODECS",
     "Publish",
     "PublishDone",
     "PublishError",
+    "PublishMessage",
     "PublishOk",
 ]
 
@@ -203,3 +203,6 @@ CODECS: Codecs = {
     MessageType.PUBLISH_ERROR: (PublishError, enc_error, partial(dec_error, PublishError)),
 }
 """Registry entries of the PUBLISH family."""
+
+PublishMessage = PublishDone | Publish | PublishOk | PublishError
+"""Any message of this family."""

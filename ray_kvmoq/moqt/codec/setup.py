@@ -15,11 +15,11 @@ from .types import DRAFT_14, MessageType
 from .wire import Reader, Writer
 
 __all__ = [
-    "CODECS",
     "ClientSetup",
     "MaxRequestId",
     "RequestsBlocked",
     "ServerSetup",
+    "SetupMessage",
 ]
 
 _NO_SETUP_PARAMS = SetupParameters()
@@ -110,3 +110,6 @@ CODECS: Codecs = {
     MessageType.REQUESTS_BLOCKED: (RequestsBlocked, enc_limit, partial(dec_limit, RequestsBlocked)),
 }
 """Registry entries of the setup family."""
+
+SetupMessage = ClientSetup | ServerSetup | MaxRequestId | RequestsBlocked
+"""Any message of this family."""

@@ -41,16 +41,12 @@ from .types import FilterType, GroupOrder, MessageType
 from .wire import Reader, Writer
 
 __all__ = [
-    "CODECS",
     "Subscribe",
     "SubscribeError",
+    "SubscribeMessage",
     "SubscribeOk",
     "SubscribeUpdate",
     "Unsubscribe",
-    "dec_subscribe",
-    "dec_subscribe_ok",
-    "enc_subscribe",
-    "enc_subscribe_ok",
 ]
 
 _NO_PARAMS = MessageParameters()
@@ -246,3 +242,6 @@ CODECS: Codecs = {
     MessageType.UNSUBSCRIBE: (Unsubscribe, enc_request_id, partial(dec_request_id, Unsubscribe)),
 }
 """Registry entries of the SUBSCRIBE family."""
+
+SubscribeMessage = Subscribe | SubscribeOk | SubscribeError | SubscribeUpdate | Unsubscribe
+"""Any message of this family."""

@@ -14,9 +14,9 @@ from .subscribe import dec_subscribe, dec_subscribe_ok, enc_subscribe, enc_subsc
 from .types import FilterType, GroupOrder, MessageType
 
 __all__ = [
-    "CODECS",
     "TrackStatus",
     "TrackStatusError",
+    "TrackStatusMessage",
     "TrackStatusOk",
 ]
 
@@ -96,3 +96,6 @@ CODECS: Codecs = {
     ),
 }
 """Registry entries of the TRACK_STATUS family."""
+
+TrackStatusMessage = TrackStatus | TrackStatusOk | TrackStatusError
+"""Any message of this family."""
