@@ -1,17 +1,29 @@
-"""Malformed input at codec level: every case asserts the exact exception class and its
-``error_code`` (d14 §3.4 session error codes), and that nothing else escapes.
+"""Malformed input at codec level, counted honestly (issue 12 item 7).
 
-Cases are generated: truncation at every byte of every §2.10 vector (NeedMoreData while a frame
-or stream is incomplete, PROTOCOL_VIOLATION once the declared length or the FIN says the input is
-complete), wrong lengths, unknown types, limit violations (namespace fields, full track name,
-reason, KVP value, GOAWAY URI, object size), bad enum values and KVP shape errors. The total is
-in the id of ``test_case_count``.
+Every case is one :class:`Input` (entry point, bytes, options): equal inputs are one case, and
+the generated duplicates are dropped and counted (``DUPLICATES``). Cases fall in four groups,
+each counted on its own in ``test_counts``:
+
+* **need more data** — a truncated frame or stream prefix: the parser raises
+  :class:`NeedMoreData` (no session close, so no code);
+* **malformed** — the peer's input is invalid: the exact exception class and the draft's session
+  close code (d14 §13.1.1, written out in ``DRAFT_CLOSE_CODES``), PROTOCOL_VIOLATION or
+  KEY_VALUE_FORMATTING_ERROR;
+* **over our caps** — an object or extension block larger than our configured limit (the draft
+  sets none): ObjectTooLarge, closing with INTERNAL_ERROR;
+* **our own values** — values we were asked to encode: LocalProtocolError, never sent.
+
+Generated: truncation at every byte of every §2.10 vector (need more data while a frame or
+stream is incomplete; malformed once the declared length or the FIN says it is complete), wrong
+lengths, unknown types, limit violations (namespace fields, full track name, reason, KVP value,
+GOAWAY URI, object size), bad enum values and KVP shape errors.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import partial
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -23,6 +35,7 @@ from ray_kvmoq.moqt.codec.errors import (
     NeedMoreData,
     ObjectTooLarge,
     ProtocolViolation,
+    RemoteProtocolError,
     UnknownMessageType,
     UnknownStreamType,
 )
@@ -31,15 +44,70 @@ from ray_kvmoq.moqt.codec.types import DRAFT_14, SessionError
 from ray_kvmoq.moqt.codec.wire import decode_varint, encode_varint
 from tests.moqt.test_vectors import CONTROL_VECTORS, DATAGRAM_VECTORS, STREAM_VECTORS
 
+# Session close codes written out from the draft's registry (d14 §13.1.1), not read from the code.
+DRAFT_CLOSE_CODES = {
+    "INTERNAL_ERROR": 0x1,
+    "PROTOCOL_VIOLATION": 0x3,
+    "KEY_VALUE_FORMATTING_ERROR": 0x6,
+}
 PV = SessionError.PROTOCOL_VIOLATION
 KVFE = SessionError.KEY_VALUE_FORMATTING_ERROR
 
-Case = tuple[str, Callable[[], object], type[BaseException], SessionError | None]
+
+@dataclass(frozen=True)
+class Input:
+    """One input to one codec entry point; equal inputs are the same case (the dedupe key)."""
+
+    entry: str
+    """``frame`` (read_control_frame), ``payload`` (decode_control), ``control``
+    (ControlStreamParser.feed), ``stream`` (DataStreamParser.feed), ``datagram``
+    (decode_datagram) or ``varint`` (encode_varint, our own value)."""
+    data: bytes | int
+    msg_type: int | None = None
+    fin: bool = False
+    options: tuple[tuple[str, object], ...] = ()
+
+    def run(self) -> object:
+        kw: dict[str, Any] = dict(self.options)
+        if self.entry == "frame":
+            return read_control_frame(self.data)  # type: ignore[arg-type]
+        if self.entry == "payload":
+            assert self.msg_type is not None
+            return decode_control(self.msg_type, self.data, version=DRAFT_14)  # type: ignore[arg-type]
+        if self.entry == "control":
+            return ControlStreamParser(**kw).feed(self.data, fin=self.fin)  # type: ignore[arg-type]
+        if self.entry == "stream":
+            return DataStreamParser(**kw).feed(self.data, fin=self.fin)  # type: ignore[arg-type]
+        if self.entry == "datagram":
+            return decode_datagram(self.data, version=DRAFT_14)  # type: ignore[arg-type]
+        if self.entry == "varint":
+            return encode_varint(self.data)  # type: ignore[arg-type]
+        raise AssertionError(self.entry)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    input: Input
+    exc: type[BaseException]
+    code: SessionError | None
+    """The draft close code the error carries; None only for NeedMoreData."""
+
+
 CASES: list[Case] = []
+_BY_INPUT: dict[Input, str] = {}
+DUPLICATES: list[tuple[str, str]] = []
+"""(dropped case, the earlier case with the same input): generated duplicates, not cases."""
 
 
-def case(name: str, fn: Callable[[], object], exc: type[BaseException], code=PV) -> None:
-    CASES.append((name, fn, exc, code if exc is not NeedMoreData else None))
+def case(name: str, inp: Input, exc: type[BaseException], code: SessionError | None = PV) -> None:
+    if exc is NeedMoreData:
+        code = None
+    if inp in _BY_INPUT:
+        DUPLICATES.append((name, _BY_INPUT[inp]))
+        return
+    _BY_INPUT[inp] = name
+    CASES.append(Case(name, inp, exc, code))
 
 
 # ---------------------------------------------------------------- builders
@@ -61,18 +129,12 @@ def frame(msg_type: int, payload: bytes) -> bytes:
     return vi(msg_type) + len(payload).to_bytes(2, "big") + payload
 
 
-def feed_control(data: bytes, *, fin: bool = False, **kw: bool) -> Callable[[], object]:
-    def run() -> object:
-        return ControlStreamParser(**kw).feed(data, fin=fin)
-
-    return run
+def feed_control(data: bytes, *, fin: bool = False, **kw: bool) -> Input:
+    return Input("control", data, fin=fin, options=tuple(sorted(kw.items())))
 
 
-def feed_stream(data: bytes, *, fin: bool = True, **kw: int) -> Callable[[], object]:
-    def run() -> object:
-        return DataStreamParser(**kw).feed(data, fin=fin)
-
-    return run
+def feed_stream(data: bytes, *, fin: bool = True, **kw: int) -> Input:
+    return Input("stream", data, fin=fin, options=tuple(sorted(kw.items())))
 
 
 NO_PARAMS = vi(0)
@@ -118,12 +180,12 @@ for label, wire, _msg in CONTROL_VECTORS:
     payload = wire[at + 2 :]
     for cut in range(len(wire)):
         # An incomplete frame is not an error yet: the framer asks for more bytes ...
-        case(f"{label} frame cut {cut}", partial(read_control_frame, wire[:cut]), NeedMoreData)
+        case(f"{label} frame cut {cut}", Input("frame", wire[:cut]), NeedMoreData)
     for cut in range(len(payload)):
         # ... but a declared length that is complete while the fields are not is malformed.
         case(
             f"{label} payload cut {cut}",
-            partial(decode_control, msg_type, payload[:cut], version=DRAFT_14),
+            Input("payload", payload[:cut], msg_type=msg_type),
             ProtocolViolation,
         )
     case(f"{label} fin mid-frame", feed_control(wire[:-1], fin=True), ProtocolViolation)
@@ -154,7 +216,7 @@ for label, wire, _dgram in DATAGRAM_VECTORS:
     for cut in range(len(wire) - (0 if wire[0] & 0x20 else 2)):
         case(
             f"{label} truncated {cut}",
-            partial(decode_datagram, wire[:cut], version=DRAFT_14),
+            Input("datagram", wire[:cut]),
             ProtocolViolation,
         )
 # ---------------------------------------------------------------- unknown types
@@ -167,7 +229,7 @@ for t in (0x08, 0x0F, 0x10, 0x14, 0x1F, 0x22, 0x24, 0x30):
     dgram = vi(t) + vi(3, 7, 0) + b"\x80"
     case(
         f"unknown datagram type {t:#x}",
-        partial(decode_datagram, dgram, version=DRAFT_14),
+        Input("datagram", dgram),
         UnknownStreamType,
     )
 
@@ -420,7 +482,7 @@ for status in (2, 5, 6, 0x40):
     )
     case(
         f"status datagram {status}",
-        partial(decode_datagram, vi(0x20, 3, 7, 5) + b"\x80" + vi(status), version=DRAFT_14),
+        Input("datagram", vi(0x20, 3, 7, 5) + b"\x80" + vi(status)),
         ProtocolViolation,
     )
 case(
@@ -471,17 +533,17 @@ case(
 )
 case(
     "datagram extensions bit with empty block",
-    lambda: decode_datagram(vi(0x01, 3, 7, 5) + b"\x80" + vi(0) + b"hi", version=DRAFT_14),
+    Input("datagram", vi(0x01, 3, 7, 5) + b"\x80" + vi(0) + b"hi"),
     ProtocolViolation,
 )
 case(
     "status datagram trailing bytes",
-    lambda: decode_datagram(vi(0x20, 3, 7, 5) + b"\x80" + vi(3) + b"!", version=DRAFT_14),
+    Input("datagram", vi(0x20, 3, 7, 5) + b"\x80" + vi(3) + b"!"),
     ProtocolViolation,
 )
 case(
     "datagram extension overrun",
-    lambda: decode_datagram(vi(0x01, 3, 7, 5) + b"\x80" + vi(9, 0x20) + b"\x05", version=DRAFT_14),
+    Input("datagram", vi(0x01, 3, 7, 5) + b"\x80" + vi(9, 0x20) + b"\x05"),
     ProtocolViolation,
 )
 
@@ -490,24 +552,83 @@ case(
 for value in (-1, 1 << 62, 1 << 64):
     case(
         f"encode varint {value}",
-        partial(encode_varint, value),
+        Input("varint", value),
         LocalProtocolError,
         SessionError.INTERNAL_ERROR,
     )
 
 
-@pytest.mark.parametrize(("name", "fn", "exc", "code"), CASES, ids=[c[0] for c in CASES])
-def test_malformed(name: str, fn: Callable[[], object], exc: type[BaseException], code) -> None:
+TRUNCATED = [c for c in CASES if c.exc is NeedMoreData]
+"""Incomplete input: the parser asks for more bytes (no close, so no code)."""
+MALFORMED = [
+    c for c in CASES if issubclass(c.exc, RemoteProtocolError) and c.exc is not ObjectTooLarge
+]
+"""Malformed peer input: the session closes with the case's draft code."""
+OVER_CAPS = [c for c in CASES if c.exc is ObjectTooLarge]
+"""Well-formed input over our configured object/extension caps (no draft limit; we close with
+INTERNAL_ERROR, the draft's code for "cannot continue")."""
+OUR_VALUES = [c for c in CASES if issubclass(c.exc, LocalProtocolError)]
+"""Invalid values we were asked to encode (LocalProtocolError; never sent)."""
+
+
+def counts() -> dict[str, int]:
+    """The suite's counts, each input counted once."""
+    by_code = Counter(SessionError(c.code).name for c in MALFORMED if c.code is not None)
+    return {
+        "distinct inputs": len(CASES),
+        "need more data (truncations)": len(TRUNCATED),
+        "malformed": len(MALFORMED),
+        **{f"malformed, closes {name}": n for name, n in sorted(by_code.items())},
+        "over our caps, closes INTERNAL_ERROR": len(OVER_CAPS),
+        "our own invalid values": len(OUR_VALUES),
+        "generated duplicates dropped": len(DUPLICATES),
+    }
+
+
+EXPECTED_COUNTS = {
+    "distinct inputs": 1083,
+    "need more data (truncations)": 399,
+    "malformed": 674,
+    "malformed, closes KEY_VALUE_FORMATTING_ERROR": 16,
+    "malformed, closes PROTOCOL_VIOLATION": 658,
+    "over our caps, closes INTERNAL_ERROR": 7,
+    "our own invalid values": 3,
+    "generated duplicates dropped": 51,
+}
+"""Pinned, so a change in what the suite covers shows up in review."""
+
+
+@pytest.mark.parametrize("c", CASES, ids=[c.name for c in CASES])
+def test_malformed(c: Case) -> None:
     with pytest.raises(BaseException) as info:
-        fn()
-    assert type(info.value) is exc, f"{name}: got {info.value!r}"
-    if code is not None:
-        assert info.value.error_code == code  # type: ignore[attr-defined]
+        c.input.run()
+    assert type(info.value) is c.exc, f"{c.name}: got {info.value!r}"
+    if c.code is None:
+        assert c.exc is NeedMoreData
+    else:
+        assert info.value.error_code == c.code  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("count", [len(CASES)], ids=[f"cases={len(CASES)}"])
-def test_case_count(count: int) -> None:
-    assert count >= 150
+def test_every_case_is_classified_once() -> None:
+    groups = (TRUNCATED, MALFORMED, OVER_CAPS, OUR_VALUES)
+    assert sum(len(g) for g in groups) == len(CASES)
+    assert len({c.input for c in CASES}) == len(CASES)
+    assert all(c.code is None for c in TRUNCATED)
+    assert all(c.code is not None for c in MALFORMED + OVER_CAPS + OUR_VALUES)
+
+
+def test_close_codes_are_the_drafts() -> None:
+    for name, value in DRAFT_CLOSE_CODES.items():
+        assert SessionError[name] == value
+    used = {SessionError(c.code).name for c in MALFORMED + OVER_CAPS if c.code is not None}
+    assert used <= set(DRAFT_CLOSE_CODES)
+
+
+@pytest.mark.parametrize(
+    "summary", [counts()], ids=[" ".join(f"{k}={v}" for k, v in counts().items())]
+)
+def test_counts(summary: dict[str, int]) -> None:
+    assert summary == EXPECTED_COUNTS
 
 
 def test_non_minimal_varints_accepted() -> None:

@@ -918,8 +918,19 @@ def test_malformed_closes_with_exact_code(c: Case) -> None:
         assert len(closer.of_type(SessionTerminated)) == 1
 
 
-def test_case_count() -> None:
-    assert len(CASES) >= 60
+def _by_code() -> str:
+    counts: dict[str, int] = {}
+    for c in CASES:
+        name = SessionError(c.code).name
+        counts[name] = counts.get(name, 0) + 1
+    return " ".join(f"{k}={v}" for k, v in sorted(counts.items()))
+
+
+@pytest.mark.parametrize("summary", [_by_code()], ids=[f"cases={len(CASES)} {_by_code()}"])
+def test_case_count(summary: str) -> None:
+    """Each scenario is one distinct input, closing with its own draft code (counted by code)."""
+    assert len({c.name for c in CASES}) == len(CASES) >= 60
+    assert summary
 
 
 # ------------------------------------------------------------------------------ request errors
