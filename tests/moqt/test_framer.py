@@ -38,6 +38,7 @@ from ray_kvmoq.moqt.codec.errors import (
 )
 from ray_kvmoq.moqt.codec.types import (
     DRAFT_14,
+    DRAFT_16,
     FetchType,
     FilterType,
     GroupOrder,
@@ -101,7 +102,10 @@ def test_encode_rejects_non_messages_and_versions() -> None:
     with pytest.raises(LocalProtocolError):
         encode_control(Unsubscribe(request_id=1), version=0xFF00000D)
     with pytest.raises(LocalProtocolError):
-        decode_control(MessageType.UNSUBSCRIBE, b"\x01", version=0xFF000010)
+        decode_control(MessageType.UNSUBSCRIBE, b"\x01", version=0xFF00000F)  # draft-15
+    # Draft-16 is known, but a family not ported to it yet is refused, not mis-encoded.
+    with pytest.raises(LocalProtocolError, match="not ported"):
+        encode_control(Fetch(request_id=0, fetch_type=FetchType.STANDALONE), version=DRAFT_16)
     with pytest.raises(LocalProtocolError):
         ControlStreamParser(version=1)
 

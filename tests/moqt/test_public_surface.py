@@ -18,16 +18,18 @@ import pytest
 
 import ray_kvmoq.moqt as pkg
 from ray_kvmoq.moqt import api, codec
-from ray_kvmoq.moqt.codec.types import MessageType
+from ray_kvmoq.moqt.codec.types import MessageType, MessageTypeD16
 
 ROOT = pathlib.Path(pkg.__file__).parent
 REPO = ROOT.parents[1]
 
 CODEC = [
     "ALPN",
+    "ALPN_BY_VERSION",
     "DEFAULT_MAX_EXTENSIONS_SIZE",
     "DEFAULT_MAX_OBJECT_SIZE",
     "DRAFT_14",
+    "DRAFT_16",
     "MAX_CONTROL_PAYLOAD",
     "MAX_FULL_TRACK_NAME",
     "MAX_GOAWAY_URI",
@@ -36,6 +38,7 @@ CODEC = [
     "MAX_REASON",
     "MAX_VARINT",
     "MESSAGE_CLASSES",
+    "MESSAGE_CLASSES_BY_VERSION",
     "SUPPORTED_VERSIONS",
     "AuthToken",
     "AuthTokenCacheOverflow",
@@ -76,8 +79,10 @@ CODEC = [
     "MaxRequestId",
     "Message",
     "MessageParameter",
+    "MessageParameterD16",
     "MessageParameters",
     "MessageType",
+    "MessageTypeD16",
     "MoqtError",
     "NamespaceMessage",
     "NeedMoreData",
@@ -101,6 +106,9 @@ CODEC = [
     "PublishNamespaceOk",
     "PublishOk",
     "RemoteProtocolError",
+    "RequestErrorMessage",
+    "RequestMessage",
+    "RequestOk",
     "RequestsBlocked",
     "ServerSetup",
     "SessionError",
@@ -243,6 +251,11 @@ FAMILIES: dict[str, list[str]] = {
         "SubscribeNamespaceOk",
         "UnsubscribeNamespace",
     ],
+    "request": [
+        "RequestErrorMessage",
+        "RequestMessage",
+        "RequestOk",
+    ],
     "streams": [
         "DEFAULT_MAX_EXTENSIONS_SIZE",
         "DataEvent",
@@ -326,6 +339,15 @@ def test_each_family_registers_exactly_its_own_messages() -> None:
             seen[msg_type] = family
     assert set(seen) == set(MessageType)
     assert set(codec.MESSAGE_CLASSES) == set(MessageType)
+    # Draft-16 entries (the families ported so far) obey the same rule within their registry.
+    seen16: dict[int, str] = {}
+    for family in FAMILIES:
+        mod = importlib.import_module(f"ray_kvmoq.moqt.codec.{family}")
+        for code, (cls, _enc, _dec) in getattr(mod, "CODECS_16", {}).items():
+            assert code not in seen16 and int(cls.TYPE) == code
+            assert cls.__module__ == mod.__name__
+            seen16[code] = family
+    assert set(seen16) <= set(MessageTypeD16)
 
 
 def test_codec_imports_only_stdlib() -> None:

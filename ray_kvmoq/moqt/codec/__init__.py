@@ -11,6 +11,7 @@ negotiated draft version is a parameter of every one) and its registry entries (
 :mod:`.fetch`       FETCH, FETCH_OK/_ERROR/_CANCEL
 :mod:`.track_status` TRACK_STATUS, TRACK_STATUS_OK/_ERROR
 :mod:`.namespace`   PUBLISH_NAMESPACE*, SUBSCRIBE_NAMESPACE*, UNSUBSCRIBE_NAMESPACE
+:mod:`.request`     REQUEST_OK, REQUEST_ERROR (draft-16)
 :mod:`.streams`     subgroup and fetch data streams (parser; encoders in ``streams_encode``)
 :mod:`.datagrams`   OBJECT_DATAGRAM
 ==================  ==============================================================
@@ -35,6 +36,7 @@ from . import (
     goaway,
     namespace,
     publish,
+    request,
     setup,
     streams,
     subscribe,
@@ -56,6 +58,7 @@ from .fields import (
 from .goaway import *  # noqa: F403
 from .namespace import *  # noqa: F403
 from .publish import *  # noqa: F403
+from .request import *  # noqa: F403
 from .setup import *  # noqa: F403
 from .streams import *  # noqa: F403
 from .subscribe import *  # noqa: F403
@@ -80,6 +83,7 @@ __all__ += fetch.__all__
 __all__ += goaway.__all__
 __all__ += namespace.__all__
 __all__ += publish.__all__
+__all__ += request.__all__
 __all__ += setup.__all__
 __all__ += streams.__all__
 __all__ += subscribe.__all__

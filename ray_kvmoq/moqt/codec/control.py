@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from enum import IntEnum
 from typing import Any
 
-from . import fetch, goaway, namespace, publish, setup, subscribe, track_status
+from . import fetch, goaway, namespace, publish, request, setup, subscribe, track_status
 from .errors import (
     LocalProtocolError,
     MoqtError,
@@ -35,11 +36,12 @@ from .errors import (
     UnknownMessageType,
 )
 from .fields import DecodeOptions
-from .types import DRAFT_14, MAX_CONTROL_PAYLOAD, MessageType
+from .types import DRAFT_14, DRAFT_16, MAX_CONTROL_PAYLOAD, MessageType, MessageTypeD16
 from .wire import Reader, Writer, decode_varint
 
 __all__ = [
     "MESSAGE_CLASSES",
+    "MESSAGE_CLASSES_BY_VERSION",
     "SUPPORTED_VERSIONS",
     "ControlStreamParser",
     "Message",
@@ -48,8 +50,8 @@ __all__ = [
     "read_control_frame",
 ]
 
-SUPPORTED_VERSIONS = frozenset({DRAFT_14})
-"""Versions this codec implements."""
+SUPPORTED_VERSIONS = frozenset({DRAFT_14, DRAFT_16})
+"""Versions this codec knows. Draft-16 covers the families in ``_FAMILIES_16`` only."""
 
 Message = (
     setup.SetupMessage
@@ -59,6 +61,7 @@ Message = (
     | fetch.FetchMessage
     | track_status.TrackStatusMessage
     | namespace.NamespaceMessage
+    | request.RequestMessage
 )
 """Any control message."""
 
@@ -67,17 +70,39 @@ _U16 = struct.Struct(">H")
 _Decoder = Callable[[Reader, DecodeOptions], Message]
 
 _FAMILIES = (setup, goaway, subscribe, publish, fetch, track_status, namespace)
-_ENCODERS: dict[MessageType, Callable[[Writer, Any], None]] = {}
-_DECODERS: dict[int, _Decoder] = {}
-MESSAGE_CLASSES: dict[MessageType, type[Message]] = {}
-"""The message class for every MessageType."""
-for _family in _FAMILIES:
-    for _type, (_cls, _enc, _dec) in _family.CODECS.items():
-        assert _type not in MESSAGE_CLASSES and _cls.TYPE is _type, _type
-        MESSAGE_CLASSES[_type] = _cls
-        _ENCODERS[_type] = _enc
-        _DECODERS[_type] = _dec
+_FAMILIES_16 = (setup, goaway, request, subscribe)
+"""Families ported to draft-16 so far; the others' messages are refused under draft-16."""
+
+_Encoder = Callable[[Writer, Any], None]
+_ENCODERS: dict[int, dict[type, tuple[int, _Encoder]]] = {}
+_DECODERS: dict[int, dict[int, _Decoder]] = {}
+_NAMES: dict[int, type[IntEnum]] = {DRAFT_14: MessageType, DRAFT_16: MessageTypeD16}
+MESSAGE_CLASSES_BY_VERSION: dict[int, dict[int, type]] = {}
+"""Per version: type code -> message class (draft-16: the families ported so far)."""
+for _version, _families, _attr in (
+    (DRAFT_14, _FAMILIES, "CODECS"),
+    (DRAFT_16, _FAMILIES_16, "CODECS_16"),
+):
+    _classes = MESSAGE_CLASSES_BY_VERSION.setdefault(_version, {})
+    for _family in _families:
+        for _type, (_cls, _enc, _dec) in getattr(_family, _attr).items():
+            assert _type not in _classes and int(_cls.TYPE) == _type, (_version, _type)
+            assert _type in set(_NAMES[_version]), (_version, _type)
+            _classes[_type] = _cls
+            _ENCODERS.setdefault(_version, {})[_cls] = (_type, _enc)
+            _DECODERS.setdefault(_version, {})[_type] = _dec
+MESSAGE_CLASSES: dict[MessageType, type[Message]] = {
+    MessageType(k): v for k, v in MESSAGE_CLASSES_BY_VERSION[DRAFT_14].items()
+}
+"""The message class for every draft-14 MessageType."""
 assert set(MESSAGE_CLASSES) == set(MessageType), set(MessageType) - set(MESSAGE_CLASSES)
+
+
+def _name(version: int, msg_type: int) -> str:
+    try:
+        return _NAMES[version](msg_type).name
+    except ValueError:
+        return f"{msg_type:#x}"
 
 
 def _check_version(version: int) -> None:
@@ -93,10 +118,13 @@ def encode_control(msg: Message, *, version: int = DRAFT_14) -> bytes:
             65535 bytes.
     """
     _check_version(version)
-    msg_type: MessageType | None = getattr(type(msg), "TYPE", None)
-    if msg_type is None or MESSAGE_CLASSES.get(msg_type) is not type(msg):
-        raise LocalProtocolError(f"not a control message: {type(msg).__name__}")
-    encoder = _ENCODERS[msg_type]
+    entry = _ENCODERS[version].get(type(msg))
+    if entry is None:
+        raise LocalProtocolError(
+            f"not a control message of version {version:#x} (or not ported to it yet): "
+            f"{type(msg).__name__}"
+        )
+    msg_type, encoder = entry
     w = Writer()
     w.varint(msg_type)
     at = len(w.buf)
@@ -135,7 +163,7 @@ def decode_control(
 
 
 def _decode(msg_type: int, payload: bytes | bytearray | memoryview, opts: DecodeOptions) -> Message:
-    decoder = _DECODERS.get(msg_type)
+    decoder = _DECODERS[opts.version].get(msg_type)
     if decoder is None:
         raise UnknownMessageType(f"unknown control message type {msg_type:#x}")
     if len(payload) > MAX_CONTROL_PAYLOAD:
@@ -144,16 +172,16 @@ def _decode(msg_type: int, payload: bytes | bytearray | memoryview, opts: Decode
     try:
         msg = decoder(r, opts)
     except NeedMoreData:
-        name = MessageType(msg_type).name
+        name = _name(opts.version, msg_type)
         raise ProtocolViolation(f"{name} payload shorter than its fields") from None
     if not r.at_end():
-        name = MessageType(msg_type).name
+        name = _name(opts.version, msg_type)
         raise ProtocolViolation(f"{name} payload has {r.remaining} trailing bytes")
     return msg
 
 
 def read_control_frame(
-    data: bytes | bytearray | memoryview, pos: int = 0
+    data: bytes | bytearray | memoryview, pos: int = 0, *, version: int = DRAFT_14
 ) -> tuple[int, bytes, int]:
     """Split one control frame off ``data[pos:]``: returns ``(type, payload, end)``.
 
@@ -163,7 +191,7 @@ def read_control_frame(
             type varint is complete).
     """
     msg_type, at = decode_varint(data, pos)
-    if msg_type not in _DECODERS:
+    if msg_type not in _DECODERS[version]:
         raise UnknownMessageType(f"unknown control message type {msg_type:#x}")
     if at + 2 > len(data):
         raise NeedMoreData
@@ -185,7 +213,7 @@ class ControlStreamParser:
     def __init__(self, *, version: int = DRAFT_14, allow_empty_namespace_prefix: bool = False):
         _check_version(version)
         self.version = version
-        """Version used to decode payloads (draft-14 until a later draft is implemented)."""
+        """Version used to decode payloads (the negotiated one)."""
         self.allow_empty_namespace_prefix = allow_empty_namespace_prefix
         """Tolerate a 0-field SUBSCRIBE_NAMESPACE prefix (moq-dev sends one)."""
         self.closed = False
@@ -229,7 +257,7 @@ class ControlStreamParser:
         size = len(buf)
         while pos < size:
             try:
-                msg_type, payload, end = read_control_frame(buf, pos)
+                msg_type, payload, end = read_control_frame(buf, pos, version=self.version)
             except NeedMoreData:
                 break
             out.append(_decode(msg_type, payload, opts))

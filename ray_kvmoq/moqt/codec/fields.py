@@ -28,11 +28,13 @@ from typing import Any, ClassVar, TypeVar
 
 from .errors import KeyValueFormattingError, LocalProtocolError, NeedMoreData, ProtocolViolation
 from .types import (
+    DRAFT_14,
+    DRAFT_16,
     MAX_FULL_TRACK_NAME,
     FilterType,
     GroupOrder,
     MessageParameter,
-    MessageType,
+    MessageParameterD16,
     SetupParameter,
     TokenAliasType,
 )
@@ -49,8 +51,11 @@ __all__ = [
     "check_group_order",
     "dec_error",
     "dec_request_id",
+    "decode_location",
     "enc_error",
     "enc_request_id",
+    "encode_location",
+    "params_with_fields",
     "read_bool",
     "read_filter",
     "read_full_track_name",
@@ -404,32 +409,50 @@ def write_filter(
         w.varint(end_group)
 
 
-def read_params(r: Reader, cls: type[P]) -> P:
-    """Read Number of Parameters + Key-Value-Pairs into ``cls``.
+def read_params(r: Reader, cls: type[P], *, version: int = DRAFT_14) -> P:
+    """Read Number of Parameters + Key-Value-Pairs into ``cls`` (delta-encoded types from
+    draft-16 on, d16 §1.4.2).
 
     Raises:
         ProtocolViolation: a known non-repeatable parameter appears twice (d14 §9.2).
         KeyValueFormattingError: an AUTHORIZATION_TOKEN value does not parse (d14 §9.2.1.1).
     """
-    items = r.kvps(r.varint())
-    _check_params(items, cls, local=False)
+    items = r.kvps(r.varint(), delta=version >= DRAFT_16)
+    _check_params(items, cls, local=False, version=version)
     return cls(items=items)
 
 
-def write_params(w: Writer, params: Parameters) -> None:
-    """Write Number of Parameters + Key-Value-Pairs."""
-    _check_params(params.items, type(params), local=True)
-    w.kvps(params.items)
+def write_params(w: Writer, params: Parameters, *, version: int = DRAFT_14) -> None:
+    """Write Number of Parameters + Key-Value-Pairs (delta-encoded from draft-16 on)."""
+    _check_params(params.items, type(params), local=True, version=version)
+    w.kvps(params.items, delta=version >= DRAFT_16)
+
+
+def _known(cls: type[Parameters], version: int) -> tuple[frozenset[int], frozenset[int]]:
+    """(known, repeatable) parameter types of ``cls`` in ``version``: setup parameters keep
+    their numbers in every version (d16 §9.2); message parameters are per version."""
+    if version >= DRAFT_16 and issubclass(cls, MessageParameters):
+        return _D16_MESSAGE_PARAMS, _D16_REPEATABLE
+    return cls.KNOWN, cls.REPEATABLE
+
+
+_D16_MESSAGE_PARAMS = frozenset(int(p) for p in MessageParameterD16)
+_D16_REPEATABLE = frozenset({int(MessageParameterD16.AUTHORIZATION_TOKEN)})
 
 
 def _check_params(
-    items: tuple[tuple[int, int | bytes], ...], cls: type[Parameters], *, local: bool
+    items: tuple[tuple[int, int | bytes], ...],
+    cls: type[Parameters],
+    *,
+    local: bool,
+    version: int = DRAFT_14,
 ) -> None:
+    known, repeatable = _known(cls, version)
     seen: set[int] = set()
     for kvp_type, value in items:
-        if kvp_type not in cls.KNOWN:
+        if kvp_type not in known:
             continue
-        if kvp_type not in cls.REPEATABLE:
+        if kvp_type not in repeatable:
             if kvp_type in seen:
                 message = f"duplicate parameter {kvp_type:#x}"
                 raise LocalProtocolError(message) if local else ProtocolViolation(message)
@@ -439,10 +462,10 @@ def _check_params(
 
 
 Codecs = dict[
-    MessageType,
-    tuple[type, Callable[[Writer, Any], None], Callable[[Reader, "DecodeOptions"], Any]],
+    int, tuple[type, Callable[[Writer, Any], None], Callable[[Reader, "DecodeOptions"], Any]]
 ]
-"""A family's registry entries: message type -> (class, payload encoder, payload decoder)."""
+"""A family's registry entries for one version: type code -> (class, payload encoder, payload
+decoder)."""
 
 P = TypeVar("P", bound=Parameters)
 E = TypeVar("E")
@@ -468,3 +491,48 @@ def enc_request_id(w: Writer, m: Any) -> None:
 def dec_request_id(cls: type[E], r: Reader, opts: DecodeOptions) -> E:
     """A payload made of one Request ID."""
     return cls(request_id=r.varint())  # type: ignore[call-arg]
+
+
+def params_with_fields(
+    params: MessageParameters, fields: dict[int, tuple[int | bytes, int | bytes | None]]
+) -> MessageParameters:
+    """``params`` with message fields carried as parameters (draft-16 moved SUBSCRIBE's
+    priority, group order, forward and filter, and SUBSCRIBE_OK's expires and largest, into
+    parameters, d16 §9.2.2).
+
+    ``fields`` maps a parameter type to ``(value, default)``: a parameter already present takes
+    the field's value; an absent one is added only when the value differs from the default (so a
+    decoded message re-encodes byte for byte, and a default is never spelled out).
+    """
+    items = []
+    done: set[int] = set()
+    for kvp_type, value in params.items:
+        if kvp_type in fields:
+            if kvp_type in done:
+                continue
+            value = fields[kvp_type][0]
+            done.add(kvp_type)
+        items.append((kvp_type, value))
+    for kvp_type, (value, default) in fields.items():
+        if kvp_type not in done and value != default:
+            items.append((kvp_type, value))
+    return MessageParameters(items=tuple(items))
+
+
+def encode_location(loc: Location) -> bytes:
+    """A Location as the bytes of a length-prefixed parameter (d16 LARGEST_OBJECT)."""
+    w = Writer()
+    write_location(w, loc)
+    return bytes(w.buf)
+
+
+def decode_location(data: bytes, what: str) -> Location:
+    """Parse a Location that must fill ``data`` exactly (a parameter value)."""
+    r = Reader(data)
+    try:
+        loc = read_location(r)
+    except NeedMoreData:
+        raise ProtocolViolation(f"{what}: truncated location") from None
+    if not r.at_end():
+        raise ProtocolViolation(f"{what}: {r.remaining} trailing bytes")
+    return loc

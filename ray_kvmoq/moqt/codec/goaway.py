@@ -9,7 +9,7 @@ from typing import ClassVar
 
 from .errors import LocalProtocolError
 from .fields import Codecs, DecodeOptions
-from .types import MAX_GOAWAY_URI, MessageType
+from .types import MAX_GOAWAY_URI, MessageType, MessageTypeD16
 from .wire import Reader, Writer
 
 __all__ = [
@@ -41,6 +41,9 @@ def dec_goaway(r: Reader, opts: DecodeOptions) -> Goaway:
 
 CODECS: Codecs = {MessageType.GOAWAY: (Goaway, enc_goaway, dec_goaway)}
 """Registry entry of GOAWAY."""
+
+CODECS_16: Codecs = {MessageTypeD16.GOAWAY: (Goaway, enc_goaway, dec_goaway)}
+"""Draft-16 registry entry of GOAWAY (unchanged, d16 §9.4)."""
 
 GoawayMessage = Goaway
 """Any message of this family."""

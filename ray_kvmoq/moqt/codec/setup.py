@@ -1,7 +1,10 @@
 """Session setup and request flow control (d14 §9.3, §9.5, §9.6): CLIENT_SETUP, SERVER_SETUP,
 MAX_REQUEST_ID and REQUESTS_BLOCKED — dataclasses, payload codecs, ``CODECS``.
 
-Draft-14 negotiates the version inside CLIENT_SETUP/SERVER_SETUP (ALPN ``moq-00``).
+Draft-14 negotiates the version inside CLIENT_SETUP/SERVER_SETUP (ALPN ``moq-00``); from
+draft-15 on the ALPN is the version and SETUP carries parameters only (d16 §9.3), whose types are
+delta-encoded (d16 §1.4.2). ``CODECS_16`` holds the draft-16 entries; the request flow-control
+messages are unchanged.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from functools import partial
 from typing import ClassVar, TypeVar
 
 from .fields import Codecs, DecodeOptions, SetupParameters, read_params, write_params
-from .types import DRAFT_14, MessageType
+from .types import DRAFT_14, DRAFT_16, MessageType, MessageTypeD16
 from .wire import Reader, Writer
 
 __all__ = [
@@ -113,3 +116,38 @@ CODECS: Codecs = {
 
 SetupMessage = ClientSetup | ServerSetup | MaxRequestId | RequestsBlocked
 """Any message of this family."""
+
+
+def enc_client_setup_16(w: Writer, m: ClientSetup) -> None:
+    """CLIENT_SETUP payload of draft-16: parameters only (``versions`` is not sent)."""
+    write_params(w, m.parameters, version=DRAFT_16)
+
+
+def dec_client_setup_16(r: Reader, opts: DecodeOptions) -> ClientSetup:
+    """CLIENT_SETUP payload of draft-16; ``versions`` is the one the ALPN chose."""
+    parameters = read_params(r, SetupParameters, version=opts.version)
+    return ClientSetup(versions=(opts.version,), parameters=parameters)
+
+
+def enc_server_setup_16(w: Writer, m: ServerSetup) -> None:
+    """SERVER_SETUP payload of draft-16: parameters only."""
+    write_params(w, m.parameters, version=DRAFT_16)
+
+
+def dec_server_setup_16(r: Reader, opts: DecodeOptions) -> ServerSetup:
+    """SERVER_SETUP payload of draft-16; ``selected_version`` is the ALPN's."""
+    parameters = read_params(r, SetupParameters, version=opts.version)
+    return ServerSetup(selected_version=opts.version, parameters=parameters)
+
+
+CODECS_16: Codecs = {
+    MessageTypeD16.CLIENT_SETUP: (ClientSetup, enc_client_setup_16, dec_client_setup_16),
+    MessageTypeD16.SERVER_SETUP: (ServerSetup, enc_server_setup_16, dec_server_setup_16),
+    MessageTypeD16.MAX_REQUEST_ID: (MaxRequestId, enc_limit, partial(dec_limit, MaxRequestId)),
+    MessageTypeD16.REQUESTS_BLOCKED: (
+        RequestsBlocked,
+        enc_limit,
+        partial(dec_limit, RequestsBlocked),
+    ),
+}
+"""Draft-16 registry entries of the setup family."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, ClassVar, TypeVar
 
+from .errors import LocalProtocolError, NeedMoreData, ProtocolViolation
 from .fields import (
     Codecs,
     DecodeOptions,
@@ -23,8 +24,11 @@ from .fields import (
     check_group_order,
     dec_error,
     dec_request_id,
+    decode_location,
     enc_error,
     enc_request_id,
+    encode_location,
+    params_with_fields,
     read_bool,
     read_filter,
     read_full_track_name,
@@ -37,8 +41,15 @@ from .fields import (
     write_location,
     write_params,
 )
-from .types import FilterType, GroupOrder, MessageType
-from .wire import Reader, Writer
+from .types import (
+    DRAFT_16,
+    FilterType,
+    GroupOrder,
+    MessageParameterD16,
+    MessageType,
+    MessageTypeD16,
+)
+from .wire import KeyValuePairs, Reader, Writer
 
 __all__ = [
     "Subscribe",
@@ -97,6 +108,8 @@ class SubscribeOk:
     """Largest Location published so far; None when Content Exists is 0."""
     parameters: MessageParameters = _NO_PARAMS
     """Version-specific parameters."""
+    track_extensions: KeyValuePairs = ()
+    """Track extension headers (draft-16 only; d16 §9.10)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -177,6 +190,8 @@ def dec_subscribe(cls: type[T], r: Reader, opts: DecodeOptions) -> T:
 
 def enc_subscribe_ok(w: Writer, m: Any) -> None:
     """SUBSCRIBE_OK / TRACK_STATUS_OK payload."""
+    if getattr(m, "track_extensions", ()):
+        raise LocalProtocolError("draft-14 SUBSCRIBE_OK carries no track extensions")
     w.varint(m.request_id).varint(m.track_alias).varint(m.expires)
     w.uint8(check_group_order(m.group_order, allow_default=False))
     write_bool(w, m.largest is not None)
@@ -242,6 +257,137 @@ CODECS: Codecs = {
     MessageType.UNSUBSCRIBE: (Unsubscribe, enc_request_id, partial(dec_request_id, Unsubscribe)),
 }
 """Registry entries of the SUBSCRIBE family."""
+
+
+# ---------------------------------------------------------------- draft-16 (d16 §9.9-§9.12)
+# SUBSCRIBE keeps only Request ID and the full track name; priority, group order, forward and
+# the filter are parameters. SUBSCRIBE_OK keeps Request ID and Track Alias; expires and the
+# largest location are parameters, followed by the track's extension headers. SUBSCRIBE_ERROR
+# is REQUEST_ERROR (:mod:`.request`) and SUBSCRIBE_UPDATE is REQUEST_UPDATE (not implemented).
+
+_P16 = MessageParameterD16
+
+
+def _filter_bytes(filter_type: FilterType, start: Location | None, end_group: int | None) -> bytes:
+    w = Writer()
+    write_filter(w, filter_type, start, end_group)
+    return bytes(w.buf)
+
+
+def _read_filter_param(data: bytes) -> tuple[FilterType, Location | None, int | None]:
+    r = Reader(data)
+    try:
+        out = read_filter(r)
+    except NeedMoreData:
+        raise ProtocolViolation("SUBSCRIPTION_FILTER shorter than its fields") from None
+    if not r.at_end():
+        raise ProtocolViolation(f"SUBSCRIPTION_FILTER has {r.remaining} trailing bytes")
+    return out
+
+
+def _int_param(params: MessageParameters, kind: int, default: int, top: int, what: str) -> int:
+    value = params.get(kind)
+    if value is None:
+        return default
+    if not isinstance(value, int) or value > top:
+        raise ProtocolViolation(f"{what} parameter {value!r} out of range")
+    return value
+
+
+def enc_subscribe_16(w: Writer, m: Subscribe) -> None:
+    """SUBSCRIBE payload of draft-16."""
+    w.varint(m.request_id)
+    write_full_track_name(w, m.track_namespace, m.track_name)
+    unfiltered = (FilterType.LARGEST_OBJECT, None, None)
+    filt = (m.filter_type, m.start, m.end_group)
+    params = params_with_fields(
+        m.parameters,
+        {
+            _P16.FORWARD: (int(m.forward), 1),
+            _P16.SUBSCRIBER_PRIORITY: (m.subscriber_priority, 128),
+            _P16.SUBSCRIPTION_FILTER: (
+                _filter_bytes(*filt),
+                None if filt != unfiltered else _filter_bytes(*unfiltered),
+            ),
+            _P16.GROUP_ORDER: (check_group_order(m.group_order, allow_default=True), 0),
+        },
+    )
+    if not 0 <= m.subscriber_priority <= 255:
+        raise LocalProtocolError(f"subscriber priority {m.subscriber_priority} not in 0..255")
+    write_params(w, params, version=DRAFT_16)
+
+
+def dec_subscribe_16(r: Reader, opts: DecodeOptions) -> Subscribe:
+    """SUBSCRIBE payload of draft-16 (d16 §9.9); fields come from their parameters."""
+    request_id = r.varint()
+    namespace, name = read_full_track_name(r)
+    params = read_params(r, MessageParameters, version=opts.version)
+    order = _int_param(params, _P16.GROUP_ORDER, 0, 2, "GROUP_ORDER")
+    if order == 0 and params.get(_P16.GROUP_ORDER) is not None:
+        raise ProtocolViolation("GROUP_ORDER parameter must be 1 or 2")
+    raw_filter = params.get(_P16.SUBSCRIPTION_FILTER)
+    if raw_filter is None:
+        filter_type, start, end_group = FilterType.LARGEST_OBJECT, None, None
+    elif isinstance(raw_filter, bytes):
+        filter_type, start, end_group = _read_filter_param(raw_filter)
+    else:
+        raise ProtocolViolation("SUBSCRIPTION_FILTER parameter must be length-prefixed")
+    return Subscribe(
+        request_id=request_id,
+        track_namespace=namespace,
+        track_name=name,
+        subscriber_priority=_int_param(params, _P16.SUBSCRIBER_PRIORITY, 128, 255, "PRIORITY"),
+        group_order=GroupOrder(order),
+        forward=bool(_int_param(params, _P16.FORWARD, 1, 1, "FORWARD")),
+        filter_type=filter_type,
+        start=start,
+        end_group=end_group,
+        parameters=params,
+    )
+
+
+def enc_subscribe_ok_16(w: Writer, m: SubscribeOk) -> None:
+    """SUBSCRIBE_OK payload of draft-16."""
+    w.varint(m.request_id).varint(m.track_alias)
+    fields: dict[int, tuple[int | bytes, int | bytes | None]] = {_P16.EXPIRES: (m.expires, 0)}
+    if m.largest is not None:
+        fields[_P16.LARGEST_OBJECT] = (encode_location(m.largest), None)
+    params = m.parameters
+    if m.largest is None and params.get(_P16.LARGEST_OBJECT) is not None:
+        params = MessageParameters(
+            items=tuple(kv for kv in params.items if kv[0] != _P16.LARGEST_OBJECT)
+        )
+    write_params(w, params_with_fields(params, fields), version=DRAFT_16)
+    w.kvps(m.track_extensions, with_count=False, delta=True)
+
+
+def dec_subscribe_ok_16(r: Reader, opts: DecodeOptions) -> SubscribeOk:
+    """SUBSCRIBE_OK payload of draft-16 (d16 §9.10); extensions run to the end."""
+    request_id = r.varint()
+    track_alias = r.varint()
+    params = read_params(r, MessageParameters, version=opts.version)
+    raw_largest = params.get(_P16.LARGEST_OBJECT)
+    if raw_largest is not None and not isinstance(raw_largest, bytes):
+        raise ProtocolViolation("LARGEST_OBJECT parameter must be length-prefixed")
+    expires = params.get(_P16.EXPIRES)
+    if expires is not None and not isinstance(expires, int):
+        raise ProtocolViolation("EXPIRES parameter must be a varint")
+    return SubscribeOk(
+        request_id=request_id,
+        track_alias=track_alias,
+        expires=expires or 0,
+        largest=decode_location(raw_largest, "LARGEST_OBJECT") if raw_largest else None,
+        parameters=params,
+        track_extensions=r.kvps_until_end(delta=True),
+    )
+
+
+CODECS_16: Codecs = {
+    MessageTypeD16.SUBSCRIBE: (Subscribe, enc_subscribe_16, dec_subscribe_16),
+    MessageTypeD16.SUBSCRIBE_OK: (SubscribeOk, enc_subscribe_ok_16, dec_subscribe_ok_16),
+    MessageTypeD16.UNSUBSCRIBE: (Unsubscribe, enc_request_id, partial(dec_request_id, Unsubscribe)),
+}
+"""Draft-16 registry entries of the SUBSCRIBE family."""
 
 SubscribeMessage = Subscribe | SubscribeOk | SubscribeError | SubscribeUpdate | Unsubscribe
 """Any message of this family."""

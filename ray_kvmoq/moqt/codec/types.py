@@ -19,8 +19,10 @@ from enum import IntEnum
 
 __all__ = [
     "ALPN",
+    "ALPN_BY_VERSION",
     "DEFAULT_MAX_OBJECT_SIZE",
     "DRAFT_14",
+    "DRAFT_16",
     "MAX_CONTROL_PAYLOAD",
     "MAX_FULL_TRACK_NAME",
     "MAX_GOAWAY_URI",
@@ -35,7 +37,9 @@ __all__ = [
     "FilterType",
     "GroupOrder",
     "MessageParameter",
+    "MessageParameterD16",
     "MessageType",
+    "MessageTypeD16",
     "ObjectStatus",
     "PublishDoneCode",
     "PublishErrorCode",
@@ -54,6 +58,13 @@ DRAFT_14 = 0xFF00000E
 
 ALPN = "moq-00"
 """Raw-QUIC ALPN of drafts up to 14 (d14 §3.1.2)."""
+
+DRAFT_16 = 0xFF000010
+"""Our number for draft-16. From draft-15 on the version is the ALPN only (d16 §3.1), so this
+value never goes on the wire; it names the codec tables."""
+
+ALPN_BY_VERSION: dict[int, str] = {DRAFT_14: ALPN, DRAFT_16: "moqt-16"}
+"""Raw-QUIC ALPN of each version the codec knows (d14 §3.1.2; d16 §3.1: ``moqt-`` + draft)."""
 
 MAX_VARINT = (1 << 62) - 1
 """Largest value a QUIC variable-length integer can carry (RFC 9000 §16)."""
@@ -113,6 +124,52 @@ class MessageType(IntEnum):
     PUBLISH_ERROR = 0x1F
     CLIENT_SETUP = 0x20
     SERVER_SETUP = 0x21
+
+
+class MessageTypeD16(IntEnum):
+    """Control message types of draft-16 (d16 §9, "MOQT Message Types"): the per-request
+    *_ERROR messages became REQUEST_ERROR, SUBSCRIBE_UPDATE became REQUEST_UPDATE, the
+    namespace *_OK answers became REQUEST_OK, and NAMESPACE / NAMESPACE_DONE are new."""
+
+    REQUEST_UPDATE = 0x02
+    SUBSCRIBE = 0x03
+    SUBSCRIBE_OK = 0x04
+    REQUEST_ERROR = 0x05
+    PUBLISH_NAMESPACE = 0x06
+    REQUEST_OK = 0x07
+    NAMESPACE = 0x08
+    PUBLISH_NAMESPACE_DONE = 0x09
+    UNSUBSCRIBE = 0x0A
+    PUBLISH_DONE = 0x0B
+    PUBLISH_NAMESPACE_CANCEL = 0x0C
+    TRACK_STATUS = 0x0D
+    NAMESPACE_DONE = 0x0E
+    GOAWAY = 0x10
+    SUBSCRIBE_NAMESPACE = 0x11
+    MAX_REQUEST_ID = 0x15
+    FETCH = 0x16
+    FETCH_CANCEL = 0x17
+    FETCH_OK = 0x18
+    REQUESTS_BLOCKED = 0x1A
+    PUBLISH = 0x1D
+    PUBLISH_OK = 0x1E
+    CLIENT_SETUP = 0x20
+    SERVER_SETUP = 0x21
+
+
+class MessageParameterD16(IntEnum):
+    """Message parameter types of draft-16 (d16 §9.2.2); several d14 message fields became
+    parameters here."""
+
+    DELIVERY_TIMEOUT = 0x02
+    AUTHORIZATION_TOKEN = 0x03
+    EXPIRES = 0x08
+    LARGEST_OBJECT = 0x09
+    FORWARD = 0x10
+    SUBSCRIBER_PRIORITY = 0x20
+    SUBSCRIPTION_FILTER = 0x21
+    GROUP_ORDER = 0x22
+    NEW_GROUP_REQUEST = 0x32
 
 
 class SessionError(IntEnum):

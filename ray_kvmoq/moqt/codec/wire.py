@@ -98,6 +98,9 @@ def decode_varint(data: bytes | bytearray | memoryview, pos: int = 0) -> tuple[i
     return _U64.unpack_from(data, pos)[0] & 0x3FFFFFFFFFFFFFFF, pos + 8
 
 
+_MAX_KVP_TYPE = (1 << 64) - 1
+
+
 class Reader:
     """Sequential reader over ``data[pos:end]``; raises :class:`NeedMoreData` past ``end``."""
 
@@ -202,26 +205,41 @@ class Reader:
         """
         return self.length_prefixed(MAX_REASON, "reason phrase").decode("utf-8", "replace")
 
-    def kvps(self, count: int) -> KeyValuePairs:
-        """Read ``count`` Key-Value-Pairs (d14 §1.4.2).
+    def kvps(self, count: int, *, delta: bool = False) -> KeyValuePairs:
+        """Read ``count`` Key-Value-Pairs (d14 §1.4.2); with ``delta`` each type is written as
+        the difference from the previous one (d16 §1.4.2), and the absolute types come back.
 
         Raises:
-            ProtocolViolation: an odd-typed value longer than 65535 bytes.
+            ProtocolViolation: an odd-typed value longer than 65535 bytes, or a delta type that
+                takes the type past 2**64 - 1 (d16 §1.4.2).
         """
         items: list[tuple[int, int | bytes]] = []
+        previous = 0
         for _ in range(count):
             kvp_type = self.varint()
+            if delta:
+                kvp_type += previous
+                if kvp_type > _MAX_KVP_TYPE:
+                    raise ProtocolViolation(f"key-value pair type {kvp_type:#x} exceeds 2**64 - 1")
+                previous = kvp_type
             if kvp_type & 1:
                 items.append((kvp_type, self.length_prefixed(MAX_KVP_VALUE, "key-value pair")))
             else:
                 items.append((kvp_type, self.varint()))
         return tuple(items)
 
-    def kvps_until_end(self) -> KeyValuePairs:
-        """Read Key-Value-Pairs until ``end`` (used for extension header blocks)."""
+    def kvps_until_end(self, *, delta: bool = False) -> KeyValuePairs:
+        """Read Key-Value-Pairs until ``end`` (extension header blocks); ``delta`` as in
+        :meth:`kvps`."""
         items: list[tuple[int, int | bytes]] = []
+        previous = 0
         while self.pos < self.end:
             kvp_type = self.varint()
+            if delta:
+                kvp_type += previous
+                if kvp_type > _MAX_KVP_TYPE:
+                    raise ProtocolViolation(f"key-value pair type {kvp_type:#x} exceeds 2**64 - 1")
+                previous = kvp_type
             if kvp_type & 1:
                 items.append((kvp_type, self.length_prefixed(MAX_KVP_VALUE, "key-value pair")))
             else:
@@ -291,25 +309,35 @@ class Writer:
         """Append a Reason Phrase (at most 1024 UTF-8 bytes)."""
         return self.length_prefixed(reason.encode("utf-8"), MAX_REASON)
 
-    def kvps(self, items: Iterable[tuple[int, int | bytes]], *, with_count: bool = True) -> Writer:
+    def kvps(
+        self,
+        items: Iterable[tuple[int, int | bytes]],
+        *,
+        with_count: bool = True,
+        delta: bool = False,
+    ) -> Writer:
         """Append Key-Value-Pairs, preceded by their count when ``with_count``."""
         items = tuple(items)
         if with_count:
             self.buf += encode_varint(len(items))
-        self.buf += encode_kvps(items)
+        self.buf += encode_kvps(items, delta=delta)
         return self
 
 
-def encode_kvps(items: Iterable[tuple[int, int | bytes]]) -> bytes:
-    """Encode Key-Value-Pairs back to back, without a count (d14 §1.4.2).
+def encode_kvps(items: Iterable[tuple[int, int | bytes]], *, delta: bool = False) -> bytes:
+    """Encode Key-Value-Pairs back to back, without a count (d14 §1.4.2). With ``delta`` the
+    pairs are written in ascending type order, each type as the difference from the previous
+    one (d16 §1.4.2); equal types keep their order.
 
     Raises:
         LocalProtocolError: an even type with a non-int value, an odd type with a non-bytes
             value, or a value longer than 65535 bytes.
     """
     out = bytearray()
-    for kvp_type, value in items:
-        out += encode_varint(kvp_type)
+    previous = 0
+    for kvp_type, value in sorted(items, key=lambda kv: kv[0]) if delta else items:
+        out += encode_varint(kvp_type - previous if delta else kvp_type)
+        previous = kvp_type
         if kvp_type & 1:
             if not isinstance(value, bytes | bytearray | memoryview):
                 raise LocalProtocolError(f"odd KVP type {kvp_type:#x} needs bytes")
