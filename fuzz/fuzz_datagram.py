@@ -1,0 +1,28 @@
+"""Fuzz target: MoQT OBJECT_DATAGRAMs (draft-14 §10.3) through
+:func:`~ray_kvmoq.moqt.codec.decode_datagram`.
+
+Checked: only :class:`~ray_kvmoq.moqt.codec.MoqtError` escapes, and every datagram that
+decodes re-encodes (``encode_datagram``) to bytes that decode to the same datagram.
+"""
+
+from __future__ import annotations
+
+import atheris
+
+with atheris.instrument_imports(include=["ray_kvmoq"]):
+    from ray_kvmoq.moqt import codec
+
+from _common import main
+
+
+def test_one_input(data: bytes) -> None:
+    try:
+        dgram = codec.decode_datagram(data, version=codec.DRAFT_14)
+    except codec.MoqtError:
+        return
+    again = codec.decode_datagram(codec.encode_datagram(dgram), version=codec.DRAFT_14)
+    assert again == dgram, (dgram, again)
+
+
+if __name__ == "__main__":
+    main(test_one_input)
