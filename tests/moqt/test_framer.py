@@ -103,9 +103,9 @@ def test_encode_rejects_non_messages_and_versions() -> None:
         encode_control(Unsubscribe(request_id=1), version=0xFF00000D)
     with pytest.raises(LocalProtocolError):
         decode_control(MessageType.UNSUBSCRIBE, b"\x01", version=0xFF00000F)  # draft-15
-    # Draft-16 is known, but a family not ported to it yet is refused, not mis-encoded.
-    with pytest.raises(LocalProtocolError, match="not ported"):
-        encode_control(Fetch(request_id=0, fetch_type=FetchType.STANDALONE), version=DRAFT_16)
+    # Draft-16 is known, but a draft-14-only message is refused under it, not mis-encoded.
+    with pytest.raises(LocalProtocolError, match="not a control message of version"):
+        encode_control(SubscribeError(request_id=0, error_code=1), version=DRAFT_16)
     with pytest.raises(LocalProtocolError):
         ControlStreamParser(version=1)
 

@@ -51,7 +51,8 @@ __all__ = [
 ]
 
 SUPPORTED_VERSIONS = frozenset({DRAFT_14, DRAFT_16})
-"""Versions this codec knows. Draft-16 covers the families in ``_FAMILIES_16`` only."""
+"""Versions this codec knows (control messages; the data plane is draft-14's, see
+:mod:`.streams`)."""
 
 Message = (
     setup.SetupMessage
@@ -70,8 +71,8 @@ _U16 = struct.Struct(">H")
 _Decoder = Callable[[Reader, DecodeOptions], Message]
 
 _FAMILIES = (setup, goaway, subscribe, publish, fetch, track_status, namespace)
-_FAMILIES_16 = (setup, goaway, request, subscribe)
-"""Families ported to draft-16 so far; the others' messages are refused under draft-16."""
+_FAMILIES_16 = (setup, goaway, request, subscribe, publish, fetch, track_status, namespace)
+"""The control-message families of draft-16."""
 
 _Encoder = Callable[[Writer, Any], None]
 _ENCODERS: dict[int, dict[type, tuple[int, _Encoder]]] = {}
@@ -121,8 +122,7 @@ def encode_control(msg: Message, *, version: int = DRAFT_14) -> bytes:
     entry = _ENCODERS[version].get(type(msg))
     if entry is None:
         raise LocalProtocolError(
-            f"not a control message of version {version:#x} (or not ported to it yet): "
-            f"{type(msg).__name__}"
+            f"not a control message of version {version:#x}: {type(msg).__name__}"
         )
     msg_type, encoder = entry
     w = Writer()

@@ -22,6 +22,8 @@ from .fields import (
     dec_request_id,
     enc_error,
     enc_request_id,
+    int_param,
+    params_with_fields,
     read_bool,
     read_full_track_name,
     read_group_order,
@@ -32,8 +34,8 @@ from .fields import (
     write_location,
     write_params,
 )
-from .types import FetchType, GroupOrder, MessageType
-from .wire import Reader, Writer
+from .types import DRAFT_16, FetchType, GroupOrder, MessageParameterD16, MessageType, MessageTypeD16
+from .wire import KeyValuePairs, Reader, Writer
 
 __all__ = [
     "Fetch",
@@ -100,6 +102,8 @@ class FetchOk:
     """End Location plus one object of the range that will be delivered."""
     parameters: MessageParameters = _NO_PARAMS
     """Version-specific parameters."""
+    track_extensions: KeyValuePairs = ()
+    """Track extension headers (draft-16 only; d16 §9.17)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -191,6 +195,8 @@ def dec_fetch(r: Reader, opts: DecodeOptions) -> Fetch:
 
 def enc_fetch_ok(w: Writer, m: FetchOk) -> None:
     """FETCH_OK payload."""
+    if m.track_extensions:
+        raise LocalProtocolError("draft-14 FETCH_OK carries no track extensions")
     w.varint(m.request_id).uint8(check_group_order(m.group_order, allow_default=False))
     write_bool(w, m.end_of_track)
     write_location(w, m.end)
@@ -219,6 +225,112 @@ CODECS: Codecs = {
     MessageType.FETCH_CANCEL: (FetchCancel, enc_request_id, partial(dec_request_id, FetchCancel)),
 }
 """Registry entries of the FETCH family."""
+
+# ---------------------------------------------------------------- draft-16 (d16 §9.16-§9.18)
+# Priority and group order are parameters (SUBSCRIBER_PRIORITY, GROUP_ORDER); FETCH_OK loses
+# its group order and gains track extensions; FETCH_ERROR is REQUEST_ERROR.
+
+_P16 = MessageParameterD16
+
+
+def enc_fetch_16(w: Writer, m: Fetch) -> None:
+    """FETCH payload of draft-16."""
+    if not 0 <= m.subscriber_priority <= 255:
+        raise LocalProtocolError(f"subscriber priority {m.subscriber_priority} not in 0..255")
+    try:
+        fetch_type = FetchType(m.fetch_type)
+    except ValueError:
+        raise LocalProtocolError(f"invalid fetch type {m.fetch_type}") from None
+    w.varint(m.request_id).varint(fetch_type)
+    if fetch_type is FetchType.STANDALONE:
+        if m.start is None or m.end is None:
+            raise LocalProtocolError("standalone FETCH needs start and end")
+        write_full_track_name(w, m.track_namespace, m.track_name)
+        write_location(w, m.start)
+        write_location(w, m.end)
+    else:
+        if m.joining_request_id is None or m.joining_start is None:
+            raise LocalProtocolError("joining FETCH needs joining_request_id and joining_start")
+        w.varint(m.joining_request_id).varint(m.joining_start)
+    params = params_with_fields(
+        m.parameters,
+        {
+            _P16.SUBSCRIBER_PRIORITY: (m.subscriber_priority, 128),
+            _P16.GROUP_ORDER: (check_group_order(m.group_order, allow_default=True), 0),
+        },
+    )
+    write_params(w, params, version=DRAFT_16)
+
+
+def dec_fetch_16(r: Reader, opts: DecodeOptions) -> Fetch:
+    """FETCH payload of draft-16 (d16 §9.16)."""
+    request_id = r.varint()
+    fetch_type = read_fetch_type(r)
+    namespace: tuple[bytes, ...] = ()
+    name = b""
+    start = end = None
+    joining_request_id = joining_start = None
+    if fetch_type is FetchType.STANDALONE:
+        namespace, name = read_full_track_name(r)
+        start = read_location(r)
+        end = read_location(r)
+    else:
+        joining_request_id = r.varint()
+        joining_start = r.varint()
+    params = read_params(r, MessageParameters, version=opts.version)
+    order = int_param(params, _P16.GROUP_ORDER, 0, 2, "GROUP_ORDER")
+    if order == 0 and params.get(_P16.GROUP_ORDER) is not None:
+        raise ProtocolViolation("GROUP_ORDER parameter must be 1 or 2")
+    return Fetch(
+        request_id=request_id,
+        fetch_type=fetch_type,
+        subscriber_priority=int_param(params, _P16.SUBSCRIBER_PRIORITY, 128, 255, "PRIORITY"),
+        group_order=GroupOrder(order),
+        track_namespace=namespace,
+        track_name=name,
+        start=start,
+        end=end,
+        joining_request_id=joining_request_id,
+        joining_start=joining_start,
+        parameters=params,
+    )
+
+
+def enc_fetch_ok_16(w: Writer, m: FetchOk) -> None:
+    """FETCH_OK payload of draft-16."""
+    w.varint(m.request_id)
+    write_bool(w, m.end_of_track)
+    write_location(w, m.end)
+    write_params(w, m.parameters, version=DRAFT_16)
+    w.kvps(m.track_extensions, with_count=False, delta=True)
+
+
+def dec_fetch_ok_16(r: Reader, opts: DecodeOptions) -> FetchOk:
+    """FETCH_OK payload of draft-16 (d16 §9.17); extensions run to the end."""
+    request_id = r.varint()
+    end_of_track = read_bool(r, "end of track")
+    end = read_location(r)
+    params = read_params(r, MessageParameters, version=opts.version)
+    return FetchOk(
+        request_id=request_id,
+        end_of_track=end_of_track,
+        end=end,
+        parameters=params,
+        track_extensions=r.kvps_until_end(delta=True),
+    )
+
+
+CODECS_16: Codecs = {
+    MessageTypeD16.FETCH: (Fetch, enc_fetch_16, dec_fetch_16),
+    MessageTypeD16.FETCH_OK: (FetchOk, enc_fetch_ok_16, dec_fetch_ok_16),
+    MessageTypeD16.FETCH_CANCEL: (
+        FetchCancel,
+        enc_request_id,
+        partial(dec_request_id, FetchCancel),
+    ),
+}
+"""Draft-16 registry entries of the FETCH family."""
+
 
 FetchMessage = Fetch | FetchOk | FetchError | FetchCancel
 """Any message of this family."""

@@ -55,6 +55,7 @@ __all__ = [
     "enc_error",
     "enc_request_id",
     "encode_location",
+    "int_param",
     "params_with_fields",
     "read_bool",
     "read_filter",
@@ -536,3 +537,13 @@ def decode_location(data: bytes, what: str) -> Location:
     if not r.at_end():
         raise ProtocolViolation(f"{what}: {r.remaining} trailing bytes")
     return loc
+
+
+def int_param(params: MessageParameters, kind: int, default: int, top: int, what: str) -> int:
+    """An even (varint) parameter bounded by ``top``, or ``default`` when absent."""
+    value = params.get(kind)
+    if value is None:
+        return default
+    if not isinstance(value, int) or value > top:
+        raise ProtocolViolation(f"{what} parameter {value!r} out of range")
+    return value

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import ClassVar
 
+from .errors import LocalProtocolError, ProtocolViolation
 from .fields import (
     Codecs,
     DecodeOptions,
@@ -17,7 +18,11 @@ from .fields import (
     MessageParameters,
     check_group_order,
     dec_error,
+    decode_location,
     enc_error,
+    encode_location,
+    int_param,
+    params_with_fields,
     read_bool,
     read_filter,
     read_full_track_name,
@@ -30,8 +35,16 @@ from .fields import (
     write_location,
     write_params,
 )
-from .types import FilterType, GroupOrder, MessageType
-from .wire import Reader, Writer
+from .subscribe import filter_bytes, read_filter_param
+from .types import (
+    DRAFT_16,
+    FilterType,
+    GroupOrder,
+    MessageParameterD16,
+    MessageType,
+    MessageTypeD16,
+)
+from .wire import KeyValuePairs, Reader, Writer
 
 __all__ = [
     "Publish",
@@ -80,6 +93,8 @@ class Publish:
     """Whether objects are sent before PUBLISH_OK."""
     parameters: MessageParameters = _NO_PARAMS
     """Version-specific parameters."""
+    track_extensions: KeyValuePairs = ()
+    """Track extension headers (draft-16 only; d16 §9.13)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -138,6 +153,8 @@ def dec_publish_done(r: Reader, opts: DecodeOptions) -> PublishDone:
 
 def enc_publish(w: Writer, m: Publish) -> None:
     """PUBLISH payload."""
+    if m.track_extensions:
+        raise LocalProtocolError("draft-14 PUBLISH carries no track extensions")
     w.varint(m.request_id)
     write_full_track_name(w, m.track_namespace, m.track_name)
     w.varint(m.track_alias).uint8(check_group_order(m.group_order, allow_default=False))
@@ -203,6 +220,108 @@ CODECS: Codecs = {
     MessageType.PUBLISH_ERROR: (PublishError, enc_error, partial(dec_error, PublishError)),
 }
 """Registry entries of the PUBLISH family."""
+
+# ---------------------------------------------------------------- draft-16 (d16 §9.13-§9.15)
+# PUBLISH keeps Request ID, the full track name and Track Alias; forward and the largest
+# location are parameters, then the track's extensions. PUBLISH_OK is parameters only (the
+# SUBSCRIBE ones). PUBLISH_DONE is unchanged; PUBLISH_ERROR is REQUEST_ERROR.
+
+_P16 = MessageParameterD16
+
+
+def enc_publish_16(w: Writer, m: Publish) -> None:
+    """PUBLISH payload of draft-16."""
+    w.varint(m.request_id)
+    write_full_track_name(w, m.track_namespace, m.track_name)
+    w.varint(m.track_alias)
+    fields: dict[int, tuple[int | bytes, int | bytes | None]] = {_P16.FORWARD: (int(m.forward), 1)}
+    params = m.parameters
+    if m.largest is not None:
+        fields[_P16.LARGEST_OBJECT] = (encode_location(m.largest), None)
+    elif params.get(_P16.LARGEST_OBJECT) is not None:
+        params = MessageParameters(
+            items=tuple(kv for kv in params.items if kv[0] != _P16.LARGEST_OBJECT)
+        )
+    write_params(w, params_with_fields(params, fields), version=DRAFT_16)
+    w.kvps(m.track_extensions, with_count=False, delta=True)
+
+
+def dec_publish_16(r: Reader, opts: DecodeOptions) -> Publish:
+    """PUBLISH payload of draft-16 (d16 §9.13)."""
+    request_id = r.varint()
+    namespace, name = read_full_track_name(r)
+    track_alias = r.varint()
+    params = read_params(r, MessageParameters, version=opts.version)
+    raw_largest = params.get(_P16.LARGEST_OBJECT)
+    if raw_largest is not None and not isinstance(raw_largest, bytes):
+        raise ProtocolViolation("LARGEST_OBJECT parameter must be length-prefixed")
+    return Publish(
+        request_id=request_id,
+        track_namespace=namespace,
+        track_name=name,
+        track_alias=track_alias,
+        largest=decode_location(raw_largest, "LARGEST_OBJECT") if raw_largest else None,
+        forward=bool(int_param(params, _P16.FORWARD, 1, 1, "FORWARD")),
+        parameters=params,
+        track_extensions=r.kvps_until_end(delta=True),
+    )
+
+
+def enc_publish_ok_16(w: Writer, m: PublishOk) -> None:
+    """PUBLISH_OK payload of draft-16: parameters only."""
+    if not 0 <= m.subscriber_priority <= 255:
+        raise LocalProtocolError(f"subscriber priority {m.subscriber_priority} not in 0..255")
+    w.varint(m.request_id)
+    unfiltered = (FilterType.LARGEST_OBJECT, None, None)
+    filt = (m.filter_type, m.start, m.end_group)
+    params = params_with_fields(
+        m.parameters,
+        {
+            _P16.FORWARD: (int(m.forward), 1),
+            _P16.SUBSCRIBER_PRIORITY: (m.subscriber_priority, 128),
+            _P16.SUBSCRIPTION_FILTER: (
+                filter_bytes(*filt),
+                None if filt != unfiltered else filter_bytes(*unfiltered),
+            ),
+            _P16.GROUP_ORDER: (check_group_order(m.group_order, allow_default=True), 0),
+        },
+    )
+    write_params(w, params, version=DRAFT_16)
+
+
+def dec_publish_ok_16(r: Reader, opts: DecodeOptions) -> PublishOk:
+    """PUBLISH_OK payload of draft-16 (d16 §9.14)."""
+    request_id = r.varint()
+    params = read_params(r, MessageParameters, version=opts.version)
+    order = int_param(params, _P16.GROUP_ORDER, 0, 2, "GROUP_ORDER")
+    if order == 0 and params.get(_P16.GROUP_ORDER) is not None:
+        raise ProtocolViolation("GROUP_ORDER parameter must be 1 or 2")
+    raw_filter = params.get(_P16.SUBSCRIPTION_FILTER)
+    if raw_filter is None:
+        filter_type, start, end_group = FilterType.LARGEST_OBJECT, None, None
+    elif isinstance(raw_filter, bytes):
+        filter_type, start, end_group = read_filter_param(raw_filter)
+    else:
+        raise ProtocolViolation("SUBSCRIPTION_FILTER parameter must be length-prefixed")
+    return PublishOk(
+        request_id=request_id,
+        forward=bool(int_param(params, _P16.FORWARD, 1, 1, "FORWARD")),
+        subscriber_priority=int_param(params, _P16.SUBSCRIBER_PRIORITY, 128, 255, "PRIORITY"),
+        group_order=GroupOrder(order),
+        filter_type=filter_type,
+        start=start,
+        end_group=end_group,
+        parameters=params,
+    )
+
+
+CODECS_16: Codecs = {
+    MessageTypeD16.PUBLISH_DONE: (PublishDone, enc_publish_done, dec_publish_done),
+    MessageTypeD16.PUBLISH: (Publish, enc_publish_16, dec_publish_16),
+    MessageTypeD16.PUBLISH_OK: (PublishOk, enc_publish_ok_16, dec_publish_ok_16),
+}
+"""Draft-16 registry entries of the PUBLISH family."""
+
 
 PublishMessage = PublishDone | Publish | PublishOk | PublishError
 """Any message of this family."""

@@ -28,6 +28,7 @@ from .fields import (
     enc_error,
     enc_request_id,
     encode_location,
+    int_param,
     params_with_fields,
     read_bool,
     read_filter,
@@ -268,13 +269,15 @@ CODECS: Codecs = {
 _P16 = MessageParameterD16
 
 
-def _filter_bytes(filter_type: FilterType, start: Location | None, end_group: int | None) -> bytes:
+def filter_bytes(filter_type: FilterType, start: Location | None, end_group: int | None) -> bytes:
+    """A Subscription Filter as the bytes of the SUBSCRIPTION_FILTER parameter (d16 §9.2.2.5)."""
     w = Writer()
     write_filter(w, filter_type, start, end_group)
     return bytes(w.buf)
 
 
-def _read_filter_param(data: bytes) -> tuple[FilterType, Location | None, int | None]:
+def read_filter_param(data: bytes) -> tuple[FilterType, Location | None, int | None]:
+    """Parse a SUBSCRIPTION_FILTER value, which must hold exactly one Subscription Filter."""
     r = Reader(data)
     try:
         out = read_filter(r)
@@ -285,16 +288,7 @@ def _read_filter_param(data: bytes) -> tuple[FilterType, Location | None, int | 
     return out
 
 
-def _int_param(params: MessageParameters, kind: int, default: int, top: int, what: str) -> int:
-    value = params.get(kind)
-    if value is None:
-        return default
-    if not isinstance(value, int) or value > top:
-        raise ProtocolViolation(f"{what} parameter {value!r} out of range")
-    return value
-
-
-def enc_subscribe_16(w: Writer, m: Subscribe) -> None:
+def enc_subscribe_16(w: Writer, m: Any) -> None:
     """SUBSCRIBE payload of draft-16."""
     w.varint(m.request_id)
     write_full_track_name(w, m.track_namespace, m.track_name)
@@ -306,8 +300,8 @@ def enc_subscribe_16(w: Writer, m: Subscribe) -> None:
             _P16.FORWARD: (int(m.forward), 1),
             _P16.SUBSCRIBER_PRIORITY: (m.subscriber_priority, 128),
             _P16.SUBSCRIPTION_FILTER: (
-                _filter_bytes(*filt),
-                None if filt != unfiltered else _filter_bytes(*unfiltered),
+                filter_bytes(*filt),
+                None if filt != unfiltered else filter_bytes(*unfiltered),
             ),
             _P16.GROUP_ORDER: (check_group_order(m.group_order, allow_default=True), 0),
         },
@@ -317,28 +311,28 @@ def enc_subscribe_16(w: Writer, m: Subscribe) -> None:
     write_params(w, params, version=DRAFT_16)
 
 
-def dec_subscribe_16(r: Reader, opts: DecodeOptions) -> Subscribe:
+def dec_subscribe_16(cls: type[T], r: Reader, opts: DecodeOptions) -> T:
     """SUBSCRIBE payload of draft-16 (d16 §9.9); fields come from their parameters."""
     request_id = r.varint()
     namespace, name = read_full_track_name(r)
     params = read_params(r, MessageParameters, version=opts.version)
-    order = _int_param(params, _P16.GROUP_ORDER, 0, 2, "GROUP_ORDER")
+    order = int_param(params, _P16.GROUP_ORDER, 0, 2, "GROUP_ORDER")
     if order == 0 and params.get(_P16.GROUP_ORDER) is not None:
         raise ProtocolViolation("GROUP_ORDER parameter must be 1 or 2")
     raw_filter = params.get(_P16.SUBSCRIPTION_FILTER)
     if raw_filter is None:
         filter_type, start, end_group = FilterType.LARGEST_OBJECT, None, None
     elif isinstance(raw_filter, bytes):
-        filter_type, start, end_group = _read_filter_param(raw_filter)
+        filter_type, start, end_group = read_filter_param(raw_filter)
     else:
         raise ProtocolViolation("SUBSCRIPTION_FILTER parameter must be length-prefixed")
-    return Subscribe(
+    return cls(  # type: ignore[call-arg]
         request_id=request_id,
         track_namespace=namespace,
         track_name=name,
-        subscriber_priority=_int_param(params, _P16.SUBSCRIBER_PRIORITY, 128, 255, "PRIORITY"),
+        subscriber_priority=int_param(params, _P16.SUBSCRIBER_PRIORITY, 128, 255, "PRIORITY"),
         group_order=GroupOrder(order),
-        forward=bool(_int_param(params, _P16.FORWARD, 1, 1, "FORWARD")),
+        forward=bool(int_param(params, _P16.FORWARD, 1, 1, "FORWARD")),
         filter_type=filter_type,
         start=start,
         end_group=end_group,
@@ -383,7 +377,7 @@ def dec_subscribe_ok_16(r: Reader, opts: DecodeOptions) -> SubscribeOk:
 
 
 CODECS_16: Codecs = {
-    MessageTypeD16.SUBSCRIBE: (Subscribe, enc_subscribe_16, dec_subscribe_16),
+    MessageTypeD16.SUBSCRIBE: (Subscribe, enc_subscribe_16, partial(dec_subscribe_16, Subscribe)),
     MessageTypeD16.SUBSCRIBE_OK: (SubscribeOk, enc_subscribe_ok_16, dec_subscribe_ok_16),
     MessageTypeD16.UNSUBSCRIBE: (Unsubscribe, enc_request_id, partial(dec_request_id, Unsubscribe)),
 }

@@ -10,8 +10,15 @@ from functools import partial
 from typing import ClassVar
 
 from .fields import Codecs, Location, MessageParameters, dec_error, enc_error
-from .subscribe import dec_subscribe, dec_subscribe_ok, enc_subscribe, enc_subscribe_ok
-from .types import FilterType, GroupOrder, MessageType
+from .subscribe import (
+    dec_subscribe,
+    dec_subscribe_16,
+    dec_subscribe_ok,
+    enc_subscribe,
+    enc_subscribe_16,
+    enc_subscribe_ok,
+)
+from .types import FilterType, GroupOrder, MessageType, MessageTypeD16
 
 __all__ = [
     "TrackStatus",
@@ -96,6 +103,18 @@ CODECS: Codecs = {
     ),
 }
 """Registry entries of the TRACK_STATUS family."""
+
+# Draft-16 (d16 §9.19): TRACK_STATUS has SUBSCRIBE's layout and is answered by REQUEST_OK /
+# REQUEST_ERROR (:mod:`.request`).
+CODECS_16: Codecs = {
+    MessageTypeD16.TRACK_STATUS: (
+        TrackStatus,
+        enc_subscribe_16,
+        partial(dec_subscribe_16, TrackStatus),
+    ),
+}
+"""Draft-16 registry entry of TRACK_STATUS."""
+
 
 TrackStatusMessage = TrackStatus | TrackStatusOk | TrackStatusError
 """Any message of this family."""
