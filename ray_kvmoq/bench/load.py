@@ -213,7 +213,7 @@ def engine_counters() -> dict[str, int]:
 
     total: Counter[str] = Counter()
     for counts in ray.get(figures_board().counters.remote(), timeout=30).values():
-        total.update({k: int(v) for k, v in counts.items()})
+        total.update({k: int(v) for k, v in counts.items() if isinstance(v, int | float)})
     return dict(total)
 
 
@@ -335,9 +335,10 @@ def _target(url: str | None, ray_address: str | None, args: dict[str, Any]) -> I
             serve.shutdown()
 
 
-def _app_args(max_ongoing: int, max_queued: int) -> dict[str, Any]:
+def _app_args(max_ongoing: int, max_queued: int, relay_budget_mb: int) -> dict[str, Any]:
     return {
         "mode": "combined",
+        "relay_budget_mb": relay_budget_mb,
         "server": {"num_replicas": 2, "num_cpus": 1, "resources": {"engine_slot": 1}},
         "ingress": {"max_ongoing_requests": max_ongoing, "max_queued_requests": max_queued},
     }
@@ -388,6 +389,14 @@ _common = [
         type=click.IntRange(-1),
         help="Ingress max_queued_requests (beyond them: 503) of the app this starts.",
     ),
+    click.option(
+        "--relay-budget-mb",
+        default=256,
+        show_default=True,
+        type=click.IntRange(16),
+        help="Relay cache budget of the app this starts (the soak wants it full "
+        "before warm-up ends).",
+    ),
     click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object."),
 ]
 
@@ -423,12 +432,12 @@ def _counter_delta(before: dict[str, int], after: dict[str, int]) -> dict[str, i
 def load(
     clients: int, duration_s: float, url: str | None, ray_address: str | None, model: str,
     max_tokens: int, disconnect: float, shared: float, max_ongoing: int, max_queued: int,
-    as_json: bool,
+    relay_budget_mb: int, as_json: bool,
 ) -> None:  # fmt: skip
     """Many streaming clients at once, some hanging up mid-stream: nothing lost or hung,
     generation stops for clients that left, overload answered with 503."""
     wl = _workload(model, max_tokens, disconnect, shared)
-    with _target(url, ray_address, _app_args(max_ongoing, max_queued)) as base:
+    with _target(url, ray_address, _app_args(max_ongoing, max_queued, relay_budget_mb)) as base:
         before = _safe(engine_counters)
         _log(f"{clients} clients for {duration_s:.0f} s against {base}")
         outcomes = asyncio.run(
@@ -453,12 +462,12 @@ def load(
 def soak(
     clients: int, duration_s: float, warmup_s: float, sample_s: float, url: str | None,
     ray_address: str | None, model: str, max_tokens: int, disconnect: float, shared: float,
-    max_ongoing: int, max_queued: int, as_json: bool,
+    max_ongoing: int, max_queued: int, relay_budget_mb: int, as_json: bool,
 ) -> None:  # fmt: skip
     """Mixed shared-prefix and unique traffic for a long time, sampling memory: process RSS and
     object-store bytes after warm-up must grow < 10 %, relays stay within their budgets."""
     wl = _workload(model, max_tokens, disconnect, shared)
-    with _target(url, ray_address, _app_args(max_ongoing, max_queued)) as base:
+    with _target(url, ray_address, _app_args(max_ongoing, max_queued, relay_budget_mb)) as base:
         pids = None if url else descendants
         res = asyncio.run(soak_run(base, wl, clients, duration_s, warmup_s, sample_s, pids))
     _emit(res, as_json)

@@ -31,6 +31,7 @@ def app(serve_http: str) -> Iterator[str]:
         "local.yaml",
         server={"num_replicas": 2, "num_cpus": 1, "resources": {"engine_slot": 1}},
         relay_datagram_size=9000,
+        relay_budget_mb=64,  # small enough to fill early: the soak then checks a full cache
         kv_timeout_s=30.0,
     )
     with deployed(serve_http, "combined", args) as base:
@@ -237,11 +238,14 @@ def test_32_streaming_clients_a_fifth_hanging_up_lose_nothing_and_the_engines_st
     assert unspent >= aborted, (unspent, aborted)
 
 
-def test_a_short_soak_keeps_every_relay_in_budget_and_total_memory_flat_after_warmup(app: str) -> None:
+def test_a_short_soak_keeps_every_relay_in_budget_and_total_memory_flat_after_warmup(
+    app: str,
+) -> None:
     """The soak script's short version: 8 clients of mixed shared-prefix and unique prompts for
-    90 s, sampled every 5 s: nothing lost, every relay's cached bytes ≤ its budget at every
-    sample, and after 30 s of warm-up the cluster's total RSS and each node's object-store
-    bytes grow < 10 % (the 30-minute run: ``kvmoq bench soak``)."""
+    90 s, sampled every 5 s: nothing lost, every relay's cached bytes ≤ its (64 MiB) budget at
+    every sample, and after 30 s of warm-up — the relay caches are full by then — the
+    cluster's total RSS and the object stores' bytes grow < 10 % (the 30-minute run:
+    ``kvmoq bench soak``)."""
     import asyncio
 
     from ray_kvmoq.bench.load import Workload, descendants, soak_run
@@ -255,3 +259,23 @@ def test_a_short_soak_keeps_every_relay_in_budget_and_total_memory_flat_after_wa
     assert g["relay_over_budget_samples"] == 0, json.dumps(g)
     assert g["rss_total_growth"] < 0.10, json.dumps(g)
     assert g["store_growth"] is None or g["store_growth"] < 0.10, json.dumps(g)
+
+
+def test_responses_and_headers_name_no_ray_node_and_no_kv_location(app: str) -> None:
+    """What a client gets back — body and headers, streamed or not — names no Ray node id or
+    node IP of the cluster and no KV track location (``kv_transfer_params``)."""
+    import httpx
+    import ray
+
+    secrets = {n["NodeID"] for n in ray.nodes()} | {n["NodeID"][:8] for n in ray.nodes()}
+    body = {"model": MODEL, "messages": [{"role": "user", "content": _system(300)}],
+            "max_tokens": 8, "temperature": 0}  # fmt: skip
+    seen = []
+    for stream in (False, True):
+        r = httpx.post(f"{app}/v1/chat/completions", json={**body, "stream": stream}, timeout=300)
+        assert r.status_code == 200
+        seen.append(r.text + json.dumps(dict(r.headers)))
+    text = "\n".join(seen)
+    assert not [s for s in secrets if s in text]
+    assert "kv_transfer_params" not in text or '"kv_transfer_params":null' in text.replace(" ", "")
+    assert "127.0.0.2" not in text and "127.0.0.3" not in text
