@@ -38,6 +38,11 @@ def _chunks(group_ids: Sequence[int], size: int) -> list[list[int]]:
     return out
 
 
+def _retrieve(fut: asyncio.Future[None]) -> None:
+    if not fut.cancelled():
+        fut.exception()
+
+
 class PullMixin:
     """Pipelined upstream pulls (see the module docstring); state lives in the Relay."""
 
@@ -88,10 +93,17 @@ class PullMixin:
             task = loop.create_task(self._pull_groups(namespace, track, lead))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-        for gid, fut in waits:
-            await fut
-            if not self.cache.is_sealed(namespace, track, gid):
-                raise RelayError(TRACK_DOES_NOT_EXIST, f"group {gid} is not available")
+        try:
+            for gid, fut in waits:
+                await fut
+                if not self.cache.is_sealed(namespace, track, gid):
+                    raise RelayError(TRACK_DOES_NOT_EXIST, f"group {gid} is not available")
+        except BaseException:
+            # The caller gave up (its timeout, or an earlier group failed): the pull goes on for
+            # other waiters, and the errors of futures nobody awaits now must not be logged.
+            for _, fut in waits:
+                fut.add_done_callback(_retrieve)
+            raise
 
     async def _pull_groups(self, ns: Namespace, track: bytes, gids: list[int]) -> None:
         """Pull ``gids`` (whose waiters this call leads) with pipelined range FETCHes."""

@@ -1,0 +1,224 @@
+"""Relay-level faults on loopback, each asserted on what happened (error codes, counters,
+buffer sizes, memory), not only on the end state (issue 12, row 2, relay subset).
+
+* a truncated stream: the upstream FINs its FETCH stream in the middle of an object;
+* a peer that stops reading mid-transfer: the sender's buffered bytes stay bounded, the pull
+  fails at its own timeout, and everything is released by the QUIC idle timeout;
+* a peer that floods data streams nobody asked for: bounded parking, the session is closed
+  with PROTOCOL_VIOLATION, memory stays flat;
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import tracemalloc
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+
+from ray_kvmoq.moqt import api
+from ray_kvmoq.moqt.api import Group, TransportConfig
+from ray_kvmoq.moqt.codec import (
+    Location,
+    encode_fetch_object_header,
+    encode_subgroup_header,
+    encode_subgroup_object,
+)
+from ray_kvmoq.relay.cache import RelayCache
+from ray_kvmoq.relay.directory import NodeInfo
+from ray_kvmoq.relay.downstream import RelayNetwork, serve_plain_relay
+from ray_kvmoq.relay.events import LocalDirectoryClient, RelayError
+from ray_kvmoq.relay.relay import Relay
+from ray_kvmoq.relay.upstream import PeerPool
+
+NS = (b"moq://kvcache.moq.arpa/v1/", b"m", b"faults")
+TR = b"FP16"
+PROTOCOL_VIOLATION = 0x3
+EXPIRED_AUTH_TOKEN_REQUEST = 0x12
+
+
+@asynccontextmanager
+async def puller(port: int, *, idle_timeout: float = 5.0) -> AsyncIterator[tuple[Relay, PeerPool]]:
+    """Relay B, whose directory says node A (127.0.0.1:``port``) holds the track."""
+    pool = PeerPool(transport=TransportConfig(verify_peer=False, idle_timeout=idle_timeout))
+    directory = LocalDirectoryClient()
+    await directory.register_node(NodeInfo(node_id="A", host="127.0.0.1", port=port))
+    await directory.add_groups("A", NS, TR, list(range(64)), {})
+    b = Relay(node_id="B", cache=RelayCache(1 << 30), directory=directory, connect=pool.upstream)
+    try:
+        yield b, pool
+    finally:
+        await pool.close()
+        await b.close()
+
+
+# ----------------------------------------------------------------------- truncated stream
+
+
+class _Truncating(api.SessionHandler):
+    """Answers every FETCH with one whole object, then half of the next one, then FIN."""
+
+    async def on_fetch(self, session: api.MoqtConnection, request: api.FetchRequest) -> None:
+        writer = request.accept(end=Location(1, 0))
+        writer.write(api.MoqtObject(group=0, object_id=0, payload=b"a" * 5000))
+        head = encode_fetch_object_header(
+            group=0, subgroup=0, object_id=1, publisher_priority=128, payload_len=5000
+        )
+        await asyncio.sleep(0.05)  # the whole object goes out first
+        quic = session.protocol.quic
+        quic.send_stream_data(writer.stream_id, head + b"b" * 2500, end_stream=True)
+        session.protocol.transmit()
+
+
+@pytest.mark.timeout(60)
+async def test_truncated_fetch_stream_fails_the_pull_fast_and_counts_nothing() -> None:
+    tc = TransportConfig(**_server_tls())
+    server = await api.serve("127.0.0.1", 0, transport=tc, handler_factory=_Truncating)
+    try:
+        async with puller(server.port) as (b, pool):
+            t0 = time.monotonic()
+            with pytest.raises(RelayError) as ei:
+                await asyncio.wait_for(b.ensure_groups(NS, TR, [0]), 20)
+            elapsed = time.monotonic() - t0
+            st = b.stats()
+            (session,) = pool.sessions()
+            closed = await asyncio.wait_for(session.wait_closed(), 5)
+    finally:
+        server.close()
+    assert elapsed < 5.0  # noticed at the FIN, not by a timeout
+    # nothing of the half-received group reached the cache, and no waiter was left behind
+    assert st["bytes_cached"] == 0 and st["upstream_bytes"] == 0 and st["groups_in_flight"] == 0
+    assert st["upstream_fetches"] == 1
+    assert "ended in the middle of an object" in ei.value.reason
+    # the malformed stream is the peer's protocol violation: B closes the whole session with it
+    assert closed.error_code == PROTOCOL_VIOLATION
+    assert session.counters["objects_received"] == 1  # the whole object before the cut only
+
+
+def _server_tls() -> dict[str, Any]:
+    from ray_kvmoq.moqt.api import self_signed
+
+    leaf = self_signed(("127.0.0.1", "localhost"))
+    return {"cert_pem": leaf.cert_pem, "key_pem": leaf.key_pem}
+
+
+# ------------------------------------------------------------------- a peer stops reading
+
+GROUP_BYTES, OBJECT_BYTES, GROUPS = 1 << 20, 16 << 10, 32
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+async def test_peer_that_stops_reading_bounds_sender_buffers_and_fails_at_its_timeout() -> None:
+    from ray_kvmoq.relay.downstream import RelayHandler
+
+    a = Relay(node_id="A", cache=RelayCache(1 << 30))
+    block = bytes(range(256)) * (OBJECT_BYTES // 256)
+    for g in range(GROUPS):
+        objs = [block] * (GROUP_BYTES // OBJECT_BYTES)
+        await a.publish_group(NS, TR, g, Group.from_payloads(g, objs), end_of_track=g == GROUPS - 1)
+    served: list[api.MoqtConnection] = []
+
+    class Handler(RelayHandler):
+        async def on_setup(self, session: api.MoqtConnection, setup: Any) -> None:
+            served.append(session)
+            await super().on_setup(session, setup)
+
+    net = RelayNetwork(node_id="A", idle_timeout_s=30.0)
+    port = await net.serve(lambda: Handler(a, None, net.hub))
+    tracemalloc.start()
+    try:
+        async with puller(port, idle_timeout=6.0) as (b, pool):
+            pull = asyncio.create_task(asyncio.wait_for(b.ensure_groups(NS, TR, range(GROUPS)), 5))
+            while not pool.sessions() or pool.sessions()[0].counters["objects_received"] < 32:
+                await asyncio.sleep(0.005)
+            (session,) = pool.sessions()
+            dropped = [0]
+
+            def deaf(data: bytes, addr: Any) -> None:  # B stops reading its socket
+                dropped[0] += 1
+
+            session.protocol.datagram_received = deaf  # type: ignore[method-assign]
+            got_at_stall = session.counters["objects_received"]
+            base = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            t0 = time.monotonic()
+            most = 0
+            while not pull.done():
+                most = max(most, served[0].protocol.send_buffered())
+                await asyncio.sleep(0.02)
+            waited = time.monotonic() - t0
+            with pytest.raises(TimeoutError):
+                await pull
+            grew = tracemalloc.get_traced_memory()[1] - base
+            # B's QUIC idle timeout (6 s) ends the session; then every waiter is released
+            closed = await asyncio.wait_for(session.wait_closed(), 15)
+            await asyncio.sleep(0.2)
+            st = b.stats()
+            a_closed = await asyncio.wait_for(served[0].wait_closed(), 10)
+    finally:
+        tracemalloc.stop()
+        await net.close()
+        await a.close()
+    total = GROUPS * GROUP_BYTES
+    assert got_at_stall * OBJECT_BYTES < total // 4  # the stall came early in the transfer
+    assert dropped[0] > 0
+    assert waited < 5.5  # the pull failed at its own 5 s timeout, not later
+    # the sender waited for acknowledgements instead of queueing the other ~28 MiB
+    assert most <= served[0].send_buffer + OBJECT_BYTES + (1 << 20)
+    assert grew < 12 << 20, grew
+    assert "idle" in (closed.reason or "").lower() or closed.error_code == 0, closed
+    assert st["groups_in_flight"] == 0 and st["bytes_cached"] < total
+    assert served[0].closed and a_closed is not None  # A's side of the session went too
+
+
+# ----------------------------------------------------------------------------- a flooder
+
+
+@pytest.mark.timeout(60)
+async def test_flood_of_unrequested_data_streams_is_bounded_and_closes_the_session() -> None:
+    """A peer opens data streams for a track alias nobody subscribed to and pours 24 MiB into
+    them. The relay parks at most ``unknown_alias_buffer_bytes`` (1 MiB) before it closes the
+    session with PROTOCOL_VIOLATION; memory does not follow the flood."""
+    payload = b"f" * 60_000
+    async with serve_plain_relay("127.0.0.1", 0) as (relay, port):
+        async with api.connect(
+            f"moqt://127.0.0.1:{port}", transport=TransportConfig(verify_peer=False), timeout=5
+        ) as conn:
+            tracemalloc.start()
+            try:
+                base = tracemalloc.get_traced_memory()[0]
+                tracemalloc.reset_peak()
+                sent = await _flood(conn, payload, streams=64, per_stream=6)
+                closed = await asyncio.wait_for(conn.wait_closed(), 10)
+                grew = tracemalloc.get_traced_memory()[1] - base
+            finally:
+                tracemalloc.stop()
+        assert relay.stats()["bytes_cached"] == 0
+    assert closed.error_code == PROTOCOL_VIOLATION, closed
+    assert "unknown track aliases" in (closed.reason or ""), closed
+    assert sent < 24 << 20  # cut off well before the flood ended
+    assert grew < 8 << 20, grew  # both ends in this process: ~1 MiB parked + 1 MiB in flight
+
+
+async def _flood(conn: api.MoqtConnection, payload: bytes, *, streams: int, per_stream: int) -> int:
+    """Write unrequested subgroup streams (alias 999) until done or the session is closed."""
+    quic, proto = conn.protocol.quic, conn.protocol
+    sent = 0
+    try:
+        for s in range(streams):
+            sid = quic.get_next_available_stream_id(is_unidirectional=True)
+            quic.send_stream_data(sid, encode_subgroup_header(track_alias=999, group=s))
+            for o in range(per_stream):
+                obj = encode_subgroup_object(o - 1 if o else None, o, payload)
+                assert obj is not None
+                quic.send_stream_data(sid, obj)
+                sent += len(obj)
+                proto.transmit()
+                await proto.drain(1 << 20)  # the flooder keeps 1 MiB in flight
+    except ConnectionError:  # the relay closed the session on us
+        pass
+    return sent
