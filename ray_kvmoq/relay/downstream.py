@@ -17,7 +17,9 @@ Upstream, :class:`~.upstream.PeerPool` keeps one session per peer relay.
 Security (:class:`~.security.ClusterSecurity`): TLS with the cluster CA; the server checks
 the setup token (session closed with UNAUTHORIZED / EXPIRED_AUTH_TOKEN / MALFORMED_AUTH_TOKEN
 on failure) and authorises each request against its namespace with the request's own token,
-falling back to the setup token (refused with the request-level code).
+falling back to the setup token (refused with the request-level code). A live subscription
+lasts only as long as the token that authorised it: at its ``exp`` the open streams are reset
+and PUBLISH_DONE(UNAUTHORIZED) is sent (peer relays' tokens live ``token_ttl_s``).
 """
 
 from __future__ import annotations
@@ -150,16 +152,18 @@ class GuardedHandler(api.SessionHandler):
 
     def _authorize(
         self, tokens: tuple[AuthToken, ...], action: Action, ns: tuple[bytes, ...]
-    ) -> None:
+    ) -> float | None:
+        """Check the request; returns when the token that allowed it expires (None: never)."""
         if self.verifier is None:
-            return
+            return None
         token = token_value(tokens)
         try:
-            self.verifier.authorize(
+            claims = self.verifier.authorize(
                 token if token is not None else self.setup_token, action, ns, time.time()
             )
         except AuthError as exc:
             raise api.RequestError(exc.request_code, str(exc)) from None
+        return claims.exp + self.verifier.leeway_s
 
 
 class RelayHandler(GuardedHandler):
@@ -203,7 +207,7 @@ class RelayHandler(GuardedHandler):
         self, session: api.MoqtConnection, request: api.SubscribeRequest
     ) -> None:
         ns, name = request.track.namespace, request.track.name
-        self._authorize(request.auth_tokens, "subscribe", ns)
+        expires = self._authorize(request.auth_tokens, "subscribe", ns)
         start_group = request.start.group if request.start is not None else 0
         try:
             sub = await self.relay.open_subscription(ns, name, start_group=start_group)
@@ -218,7 +222,7 @@ class RelayHandler(GuardedHandler):
                 floor = largest
             elif largest is not None and request.filter_type == FilterType.NEXT_GROUP_START:
                 floor = (largest[0], float("inf"))
-            await _forward(session, sub, pub, floor, self.group_markers)
+            await _forward(session, sub, pub, floor, self.group_markers, expires)
         finally:
             sub.close()
 
@@ -307,6 +311,13 @@ class _Forwarder:
         with contextlib.suppress(api.MoqtApiError):
             await self.pub.done(PublishDoneCode.INTERNAL_ERROR, exc.reason[:200])
 
+    async def expired(self) -> None:
+        """The token that authorised the subscription expired: reset what is open, then
+        PUBLISH_DONE(UNAUTHORIZED)."""
+        self.reset(0x0)
+        with contextlib.suppress(api.MoqtApiError):
+            await self.pub.done(PublishDoneCode.UNAUTHORIZED, "authorization token expired")
+
     def reset(self, code: int) -> None:
         """Abandon every open stream."""
         for w in self.writers.values():
@@ -321,20 +332,29 @@ async def _forward(
     pub: api.Publication,
     floor: tuple[int, float] | None,
     markers: bool,
+    expires: float | None = None,
 ) -> None:
+    """Forward ``sub`` to ``pub`` until the track ends, the subscriber leaves, or ``expires``
+    (wall clock: the authorising token's ``exp``) passes; then PUBLISH_DONE(UNAUTHORIZED)."""
     fw = _Forwarder(session, pub, floor, markers)
+    deadline = asyncio.timeout(None if expires is None else max(0.0, expires - time.time()))
     try:
-        async for ev in sub:
-            if pub.cancelled:
-                break
-            if isinstance(ev, ObjectReceived):
-                if not await fw.object(ev.group_id, ev.obj):
+        async with deadline:
+            async for ev in sub:
+                if pub.cancelled:
                     break
-            elif isinstance(ev, GroupEnded):
-                fw.group_ended(ev.group_id)
-            else:
-                await fw.track_ended()
-                return
+                if isinstance(ev, ObjectReceived):
+                    if not await fw.object(ev.group_id, ev.obj):
+                        break
+                elif isinstance(ev, GroupEnded):
+                    fw.group_ended(ev.group_id)
+                else:
+                    await fw.track_ended()
+                    return
+    except TimeoutError:
+        if not deadline.expired():
+            raise
+        await fw.expired()
     except RelayError as exc:
         await fw.failed(exc)
     except (api.Cancelled, api.SessionClosed):

@@ -6,6 +6,9 @@ buffer sizes, memory), not only on the end state (issue 12, row 2, relay subset)
   fails at its own timeout, and everything is released by the QUIC idle timeout;
 * a peer that floods data streams nobody asked for: bounded parking, the session is closed
   with PROTOCOL_VIOLATION, memory stays flat;
+* a token that expires mid-session: requests after ``exp`` are refused with
+  EXPIRED_AUTH_TOKEN, and a live subscription it authorised ends at ``exp`` with
+  PUBLISH_DONE(UNAUTHORIZED) (nothing published later is delivered).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ NS = (b"moq://kvcache.moq.arpa/v1/", b"m", b"faults")
 TR = b"FP16"
 PROTOCOL_VIOLATION = 0x3
 EXPIRED_AUTH_TOKEN_REQUEST = 0x12
+PUBLISH_DONE_UNAUTHORIZED = 0x1
 
 
 @asynccontextmanager
@@ -222,3 +226,68 @@ async def _flood(conn: api.MoqtConnection, payload: bytes, *, streams: int, per_
     except ConnectionError:  # the relay closed the session on us
         pass
     return sent
+
+
+# ------------------------------------------------------------------ a token that expires
+
+
+@pytest.mark.timeout(60)
+async def test_token_expiring_mid_session_refuses_requests_and_stops_delivery() -> None:
+    from ray_kvmoq.moqt.api import MemoryTrack, SessionConfig, TrackServer
+    from ray_kvmoq.moqt.codec import AuthToken, FilterType, ObjectStatus, TokenAliasType
+    from ray_kvmoq.relay.auth import TokenSigner, TokenVerifier
+
+    key = b"k" * 32
+    signer = TokenSigner("k1", key)
+    ns = (b"kv", b"tenant-a", b"p1")
+
+    def cfg(tok: bytes) -> SessionConfig:
+        tokens = (AuthToken(alias_type=TokenAliasType.USE_VALUE, token_type=0, value=tok),)
+        return SessionConfig(auth_tokens=tokens)
+
+    now = time.time()
+    pub_tok = signer.issue("a", publish=[["kv", "tenant-a"]], subscribe=[["kv"]], now=now)
+    # expires at the next whole second + 2 (``exp`` has one-second resolution)
+    short = signer.issue("a", subscribe=[["kv", "tenant-a"]], now=now, ttl_s=2.0)
+    exp = int(now + 2.0)
+    tc = TransportConfig(verify_peer=False)
+    verifier = TokenVerifier({"k1": key})
+    track = MemoryTrack()
+    server = TrackServer({api.FullTrackName(ns, TR): track})
+    async with (
+        serve_plain_relay("127.0.0.1", 0, verifier=verifier) as (_, port),
+        api.connect(
+            f"moqt://127.0.0.1:{port}",
+            transport=tc,
+            session_config=cfg(pub_tok),
+            handler=server,
+            timeout=5,
+        ) as pub,
+        api.connect(
+            f"moqt://127.0.0.1:{port}", transport=tc, session_config=cfg(short), timeout=5
+        ) as sub_conn,
+    ):
+        await pub.publish_namespace(ns[:2])
+        sub = await sub_conn.subscribe(
+            ns, TR, filter_type=FilterType.ABSOLUTE_START, start=Location(0, 0)
+        )
+        got: list[tuple[float, bytes]] = []
+
+        async def read() -> None:
+            async for obj in sub:
+                if obj.status == ObjectStatus.NORMAL:
+                    got.append((time.time(), bytes(obj.payload)))
+
+        reader = asyncio.create_task(read())
+        await track.wait_subscribers(1, timeout=5)
+        await track.publish_group(0, [b"before"])
+        await asyncio.sleep(max(0.0, exp + 0.3 - time.time()))
+        with pytest.raises(api.RequestError) as ei:  # the setup token has expired
+            await sub_conn.fetch(ns, TR, start=Location(0, 0), end=Location(0, 0))
+        await track.publish_group(1, [b"after"])
+        await asyncio.wait_for(reader, 5)  # the subscription ends by itself
+        done = sub.done
+    assert ei.value.error_code == EXPIRED_AUTH_TOKEN_REQUEST
+    assert [p for _, p in got] == [b"before"]  # nothing after ``exp``
+    assert all(t < exp + 0.5 for t, _ in got)
+    assert done is not None and done.status_code == PUBLISH_DONE_UNAUTHORIZED, done
