@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import hashlib
 import json
 import os
@@ -407,7 +408,11 @@ def impair(
         mtu = path.mtu
         with PathRun(path, groups=groups, group_bytes=group_bytes, backend=backend) as run:
             for imp in _settings(_floats(losses), _floats(rtts)):
-                pulls = [run.pull(imp, timeout=timeout) for _ in range(repeat)]
+                # a fresh loss pattern per repeat (the seed), the same patterns in every run
+                pulls = [
+                    run.pull(dataclasses.replace(imp, seed=i + 1), timeout=timeout)
+                    for i in range(repeat)
+                ]
                 bad = [p for p in pulls if not p.bit_exact]
                 failures += len(bad)
                 good = [p.mb_s for p in pulls if p.bit_exact]
@@ -415,6 +420,7 @@ def impair(
                     "loss_pct": imp.loss * 100,
                     "rtt_ms": imp.rtt_ms,
                     "mb_s": statistics.median(good) if good else 0.0,
+                    "mb_s_range": [min(good), max(good)] if good else [],
                     "seconds": statistics.median(p.seconds for p in pulls),
                     "bit_exact": f"{len(pulls) - len(bad)}/{len(pulls)}",
                     "dropped": sum(p.proxy.get("dropped_loss", 0) for p in pulls),
@@ -429,12 +435,16 @@ def impair(
         click.echo(json.dumps(out))
     else:
         click.echo(f"{groups * group_bytes / 2**20:.1f} MiB per pull, MTU {mtu}, {backend}")
-        click.echo("| loss % | added RTT ms | MB/s | s | bit-exact | dropped | max datagram |")
-        click.echo("| --- | --- | --- | --- | --- | --- | --- |")
+        click.echo(
+            "| loss % | added RTT ms | MB/s (median) | MB/s (min-max) | s (median) | bit-exact "
+            "| datagrams dropped | largest datagram |"
+        )
+        click.echo("| --- | --- | --- | --- | --- | --- | --- | --- |")
         for r in rows:
+            lo, hi = r["mb_s_range"] or [0.0, 0.0]
             click.echo(
-                f"| {r['loss_pct']:g} | {r['rtt_ms']:g} | {r['mb_s']:.2f} | {r['seconds']:.1f} "
-                f"| {r['bit_exact']} | {r['dropped']} | {r['max_datagram']} |"
+                f"| {r['loss_pct']:g} | {r['rtt_ms']:g} | {r['mb_s']:.2f} | {lo:.2f}-{hi:.2f} "
+                f"| {r['seconds']:.1f} | {r['bit_exact']} | {r['dropped']} | {r['max_datagram']} |"
             )
     if failures:
         raise SystemExit(1)
