@@ -140,8 +140,12 @@ class PullMixin:
         keys: dict[int, GroupKey],
     ) -> None:
         self.upstream_fetches += 1
+        # an upstream that can bound a group is told the budget: a larger one is never cached
+        cap = (
+            {"max_group_bytes": self.cache.budget_bytes} if getattr(up, "bounded_groups", 0) else {}
+        )
         try:
-            groups = await up.fetch_groups(ns, track, chunk[0], chunk[-1])
+            groups = await up.fetch_groups(ns, track, chunk[0], chunk[-1], **cap)
             async for group in groups:
                 gid = group.group_id
                 self.upstream_bytes += group.nbytes  # every byte that crossed, duplicates too

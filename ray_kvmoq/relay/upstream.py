@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ray_kvmoq.moqt import api
-from ray_kvmoq.moqt.api import Group, SessionConfig, TransportConfig
+from ray_kvmoq.moqt.api import Group, MoqtObject, SessionConfig, TransportConfig
 from ray_kvmoq.moqt.codec import AuthToken, FilterType, Location, ObjectStatus, PublishDoneCode
 
 from .directory import NodeInfo
@@ -38,6 +38,9 @@ IMPLEMENTATION = b"ray_kvmoq"
 class SessionUpstream:
     """An :class:`~.relay.Upstream` over one MoQT session (a peer relay, or a publisher that
     announced a namespace to us). ``token`` (a callable returning bytes) rides every request."""
+
+    bounded_groups = True
+    """:meth:`fetch_groups` takes ``max_group_bytes`` (the puller's cache budget)."""
 
     def __init__(self, conn: api.MoqtConnection, token: Any = None) -> None:
         self.conn = conn
@@ -96,7 +99,13 @@ class SessionUpstream:
         raise RelayError(0x0, f"upstream subscription ended (PUBLISH_DONE {code:#x})")
 
     async def fetch_groups(
-        self, namespace: tuple[bytes, ...], track: bytes, first: int, last: int
+        self,
+        namespace: tuple[bytes, ...],
+        track: bytes,
+        first: int,
+        last: int,
+        *,
+        max_group_bytes: int | None = None,
     ) -> AsyncIterator[Group]:
         try:
             stream = await self.conn.fetch(
@@ -110,13 +119,32 @@ class SessionUpstream:
             raise RelayError(exc.error_code, f"upstream refused FETCH: {exc.reason}") from None
         except (TimeoutError, ConnectionError) as exc:
             raise RelayError(0x2, f"upstream FETCH failed: {exc!r}") from None
-        return self._groups(stream)
+        return self._groups(stream, max_group_bytes)
 
     @staticmethod
-    async def _groups(stream: api.FetchStream) -> AsyncIterator[Group]:
+    async def _groups(stream: api.FetchStream, cap: int | None) -> AsyncIterator[Group]:
+        """One Group per fetched group (as ``FetchStream.groups``). A group is held whole until
+        the next one starts, so one over ``cap`` payload bytes (a group the cache could never
+        take) cancels the FETCH instead of growing without bound."""
+        objs: list[MoqtObject] = []
+        gid: int | None = None
+        size = 0
         try:
-            async for group in stream.groups():
-                yield group
+            async for obj in stream:
+                if gid is not None and obj.group != gid:
+                    if objs:
+                        yield Group.pack(gid, objs)
+                    objs, size = [], 0
+                gid = obj.group
+                if obj.status in (ObjectStatus.END_OF_GROUP, ObjectStatus.END_OF_TRACK):
+                    continue
+                objs.append(obj)
+                size += obj.size
+                if cap is not None and size > cap:
+                    await stream.cancel()
+                    raise RelayError(0x0, f"upstream group {gid} is over {cap} bytes")
+            if gid is not None and objs:
+                yield Group.pack(gid, objs)
         except api.MoqtApiError as exc:
             raise RelayError(0x0, f"upstream fetch failed: {exc.reason or exc!r}") from None
 

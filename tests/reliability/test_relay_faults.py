@@ -6,6 +6,8 @@ buffer sizes, memory), not only on the end state (issue 12, row 2, relay subset)
   fails at its own timeout, and everything is released by the QUIC idle timeout;
 * a peer that floods data streams nobody asked for: bounded parking, the session is closed
   with PROTOCOL_VIOLATION, memory stays flat;
+* a peer that floods one FETCH with a group that never ends: cut at the puller's cache budget,
+  the FETCH cancelled, memory bounded;
 * a token that expires mid-session: requests after ``exp`` are refused with
   EXPIRED_AUTH_TOKEN, and a live subscription it authorised ends at ``exp`` with
   PUBLISH_DONE(UNAUTHORIZED) (nothing published later is delivered).
@@ -45,13 +47,16 @@ PUBLISH_DONE_UNAUTHORIZED = 0x1
 
 
 @asynccontextmanager
-async def puller(port: int, *, idle_timeout: float = 5.0) -> AsyncIterator[tuple[Relay, PeerPool]]:
-    """Relay B, whose directory says node A (127.0.0.1:``port``) holds the track."""
+async def puller(
+    port: int, *, idle_timeout: float = 5.0, budget: int = 1 << 30
+) -> AsyncIterator[tuple[Relay, PeerPool]]:
+    """Relay B (cache of ``budget`` bytes), whose directory says node A (127.0.0.1:``port``)
+    holds the track."""
     pool = PeerPool(transport=TransportConfig(verify_peer=False, idle_timeout=idle_timeout))
     directory = LocalDirectoryClient()
     await directory.register_node(NodeInfo(node_id="A", host="127.0.0.1", port=port))
     await directory.add_groups("A", NS, TR, list(range(64)), {})
-    b = Relay(node_id="B", cache=RelayCache(1 << 30), directory=directory, connect=pool.upstream)
+    b = Relay(node_id="B", cache=RelayCache(budget), directory=directory, connect=pool.upstream)
     try:
         yield b, pool
     finally:
@@ -206,6 +211,61 @@ async def test_flood_of_unrequested_data_streams_is_bounded_and_closes_the_sessi
     assert "unknown track aliases" in (closed.reason or ""), closed
     assert sent < 24 << 20  # cut off well before the flood ended
     assert grew < 8 << 20, grew  # both ends in this process: ~1 MiB parked + 1 MiB in flight
+
+
+class _EndlessGroup(api.SessionHandler):
+    """Answers a FETCH of group 0 with a group that never ends (64 KiB objects, up to 256 MiB),
+    writing as fast as the session's back-pressure allows."""
+
+    def __init__(self) -> None:
+        self.written = 0
+        self.stopped: BaseException | None = None
+
+    async def on_fetch(self, session: api.MoqtConnection, request: api.FetchRequest) -> None:
+        writer = request.accept(end=Location(1, 0))
+        payload = b"g" * (64 << 10)
+        try:
+            for o in range(4096):
+                writer.write(api.MoqtObject(group=0, object_id=o, payload=payload))
+                self.written += len(payload)
+                if session.protocol.send_buffered() > session.send_buffer:
+                    await writer.drain()
+            writer.end()
+        except (api.MoqtApiError, ConnectionError) as exc:
+            self.stopped = exc
+
+
+@pytest.mark.timeout(90)
+async def test_flood_of_one_endless_group_is_cut_at_the_cache_budget() -> None:
+    """A FETCH answered with a group that never ends: relay B holds a group whole until it is
+    complete, so without a bound its memory follows the flood. It cancels the FETCH once the
+    group passes its cache budget (such a group could never be cached), fails the pull, and
+    keeps the session for other requests."""
+    budget = 4 << 20
+    handler = _EndlessGroup()
+    tc = TransportConfig(**_server_tls())
+    server = await api.serve("127.0.0.1", 0, transport=tc, handler_factory=lambda: handler)
+    tracemalloc.start()
+    try:
+        async with puller(server.port, budget=budget) as (b, pool):
+            base = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            with pytest.raises(RelayError) as ei:
+                await asyncio.wait_for(b.ensure_groups(NS, TR, [0]), 60)
+            grew = tracemalloc.get_traced_memory()[1] - base
+            (session,) = pool.sessions()
+            await asyncio.sleep(0.5)  # FETCH_CANCEL reaches the flooder
+            st, counters, open_ = b.stats(), dict(session.counters), not session.closed
+    finally:
+        tracemalloc.stop()
+        server.close()
+    assert f"over {budget} bytes" in ei.value.reason
+    assert st["bytes_cached"] == 0 and st["groups_in_flight"] == 0
+    assert counters["fetches_sent"] == 1 and counters["fetches_open"] == 0  # cancelled
+    assert budget <= counters["objects_received"] * (64 << 10) < 2 * budget
+    assert open_  # the session survives: only the request was refused
+    assert handler.stopped is not None and handler.written < 64 << 20  # the flooder was stopped
+    assert grew < 4 * budget + (4 << 20), grew  # budget + sender's buffer, both ends here
 
 
 async def _flood(conn: api.MoqtConnection, payload: bytes, *, streams: int, per_stream: int) -> int:
