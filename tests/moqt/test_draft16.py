@@ -1,4 +1,5 @@
-"""Draft-16 control-message codec: every message type of d16 §9 (the data plane is not ported).
+"""Draft-16 codec: every control message type of d16 §9 and OBJECT_DATAGRAM (d16 §10.3.1);
+subgroup and fetch streams are not ported yet.
 
 Vectors are written by hand from draft-16's layouts (section cited per vector; d16 §1.4.2 for
 the delta-encoded Key-Value-Pairs), never produced by our encoder: each one decodes to its
@@ -51,11 +52,13 @@ from ray_kvmoq.moqt.codec.control import (
     encode_control,
     read_control_frame,
 )
+from ray_kvmoq.moqt.codec.datagrams import ObjectDatagram, decode_datagram, encode_datagram
 from ray_kvmoq.moqt.codec.errors import (
     LocalProtocolError,
     NeedMoreData,
     ProtocolViolation,
     UnknownMessageType,
+    UnknownStreamType,
 )
 from ray_kvmoq.moqt.codec.types import (
     ALPN_BY_VERSION,
@@ -65,6 +68,7 @@ from ray_kvmoq.moqt.codec.types import (
     FilterType,
     GroupOrder,
     MessageTypeD16,
+    ObjectStatus,
     SessionError,
 )
 from ray_kvmoq.moqt.codec.wire import decode_varint, encode_varint
@@ -496,3 +500,102 @@ def test_draft16_round_trip(msg: object) -> None:
         assert replace(back, parameters=msg.parameters) == msg  # type: ignore[type-var]
     else:
         assert back == msg
+
+
+# ------------------------------------------------------------------------------ datagrams, d16
+
+DATAGRAMS: list[tuple[str, str, ObjectDatagram]] = [
+    (
+        "payload, Object ID omitted (type 0x04, d16 §10.3.1)",
+        "04 02 05 80 6869",
+        ObjectDatagram(track_alias=2, group=5, object_id=0, payload=b"hi"),
+    ),
+    (
+        "payload, extensions 0x3c=1 and 0x41='ab', end of group, default priority (type 0x0b)",
+        "0b 02 05 03 06 3c01 05026162 7a",
+        ObjectDatagram(
+            track_alias=2,
+            group=5,
+            object_id=3,
+            extensions=((0x3C, 1), (0x41, b"ab")),
+            payload=b"z",
+            end_of_group=True,
+            default_priority=True,
+        ),
+    ),
+    (
+        "status End of Group, Object ID 0, default priority (type 0x2c)",
+        "2c 02 05 03",
+        ObjectDatagram(
+            track_alias=2,
+            group=5,
+            object_id=0,
+            status=ObjectStatus.END_OF_GROUP,
+            default_priority=True,
+        ),
+    ),
+    (
+        "status End of Track with Object ID and priority (type 0x20)",
+        "20 01 00 07 10 04",
+        ObjectDatagram(
+            track_alias=1,
+            group=0,
+            object_id=7,
+            publisher_priority=0x10,
+            status=ObjectStatus.END_OF_TRACK,
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize(("label", "hexstr", "dgram"), DATAGRAMS, ids=[d[0] for d in DATAGRAMS])
+def test_datagram_vector(label: str, hexstr: str, dgram: ObjectDatagram) -> None:
+    wire = _wire(hexstr)
+    assert decode_datagram(wire, version=DRAFT_16) == dgram
+    assert encode_datagram(dgram, version=DRAFT_16) == wire
+
+
+BAD_DATAGRAMS: list[tuple[str, bytes, type[BaseException]]] = [
+    *[
+        (f"datagram type {t:#x}", _vi(t, 1, 0, 7) + b"\x10" + _vi(0), UnknownStreamType)
+        for t in (0x10, 0x22, 0x23, 0x26, 0x2F, 0x30, 0x40)
+    ],
+    ("status 1 (draft-14's Does-Not-Exist)", _wire("20 01 00 07 10 01"), ProtocolViolation),
+    ("extensions on End of Group", _wire("21 01 00 07 10 02 3c01 03"), ProtocolViolation),
+    ("empty extension block", _wire("01 02 05 03 80 00 7a"), ProtocolViolation),
+    ("status trailing byte", _wire("20 01 00 07 10 04 00"), ProtocolViolation),
+    *[
+        (f"{label} cut {cut}", _wire(h)[:cut], ProtocolViolation)
+        for label, h, d in DATAGRAMS
+        for cut in range(len(_wire(h)) - len(d.payload))
+    ],
+]
+
+
+@pytest.mark.parametrize(("label", "wire", "exc"), BAD_DATAGRAMS, ids=[b[0] for b in BAD_DATAGRAMS])
+def test_malformed_datagram_draft16(label: str, wire: bytes, exc: type[BaseException]) -> None:
+    with pytest.raises(BaseException) as info:
+        decode_datagram(wire, version=DRAFT_16)
+    assert type(info.value) is exc, f"{label}: {info.value!r}"
+    assert info.value.error_code == PV  # type: ignore[attr-defined]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.builds(
+        ObjectDatagram,
+        track_alias=_varints,
+        group=_varints,
+        object_id=_varints,
+        publisher_priority=st.integers(0, 255),
+        extensions=_extensions,
+        payload=st.binary(max_size=16),
+        end_of_group=st.booleans(),
+    ),
+    st.booleans(),
+)
+def test_datagram_round_trip_draft16(dgram: ObjectDatagram, default_priority: bool) -> None:
+    if default_priority:
+        dgram = replace(dgram, default_priority=True, publisher_priority=128)
+    wire = encode_datagram(dgram, version=DRAFT_16)
+    assert decode_datagram(wire, version=DRAFT_16) == dgram
