@@ -328,7 +328,7 @@ class PathRun:
         )
         t0 = time.monotonic()
         try:
-            pport = proxy.event("listening", 30)["port"]
+            pport = proxy.event("listening", 60)["port"]
             args = ["--proxy-host", self.path.proxy_listen, "--port", str(pport)]
             args += ["--timeout", str(timeout), *self.shape]
             puller = self._start("b", ["-m", _MODULE, "puller", *args])
