@@ -1,5 +1,5 @@
-"""Draft-16 codec: every control message type of d16 §9 and OBJECT_DATAGRAM (d16 §10.3.1);
-subgroup and fetch streams are not ported yet.
+"""Draft-16 codec: every control message type of d16 §9, OBJECT_DATAGRAM (d16 §10.3.1) and the
+subgroup and fetch streams (d16 §10.4).
 
 Vectors are written by hand from draft-16's layouts (section cited per vector; d16 §1.4.2 for
 the delta-encoded Key-Value-Pairs), never produced by our encoder: each one decodes to its
@@ -56,14 +56,29 @@ from ray_kvmoq.moqt.codec.datagrams import ObjectDatagram, decode_datagram, enco
 from ray_kvmoq.moqt.codec.errors import (
     LocalProtocolError,
     NeedMoreData,
+    ObjectTooLarge,
     ProtocolViolation,
     UnknownMessageType,
     UnknownStreamType,
+)
+from ray_kvmoq.moqt.codec.streams import (
+    FetchHeaderParsed,
+    ObjectParsed,
+    StreamFinished,
+    SubgroupHeaderParsed,
+)
+from ray_kvmoq.moqt.codec.streams16 import (
+    FetchObjectWriter16,
+    FetchRangeEnded,
+    StreamParser16,
+    encode_subgroup_header_16,
+    encode_subgroup_object_16,
 )
 from ray_kvmoq.moqt.codec.types import (
     ALPN_BY_VERSION,
     DRAFT_14,
     DRAFT_16,
+    DataStreamType,
     FetchType,
     FilterType,
     GroupOrder,
@@ -599,3 +614,298 @@ def test_datagram_round_trip_draft16(dgram: ObjectDatagram, default_priority: bo
         dgram = replace(dgram, default_priority=True, publisher_priority=128)
     wire = encode_datagram(dgram, version=DRAFT_16)
     assert decode_datagram(wire, version=DRAFT_16) == dgram
+
+
+# ------------------------------------------------------------------------------ streams, d16
+
+_N = ObjectStatus.NORMAL
+STREAMS: list[tuple[str, str, list[object]]] = [
+    (
+        "subgroup 0x14, priority 0, objects 0 and 1 (d16 §10.4.2; the draft's first example)",
+        "14 02 00 00 00  00 04 61626364  00 04 65666768",
+        [
+            SubgroupHeaderParsed(
+                stream_type=DataStreamType(0x14),
+                track_alias=2,
+                group=0,
+                subgroup=0,
+                publisher_priority=0,
+            ),
+            ObjectParsed(
+                group=0,
+                subgroup=0,
+                object_id=0,
+                publisher_priority=0,
+                extensions=(),
+                status=_N,
+                payload=b"abcd",
+            ),
+            ObjectParsed(
+                group=0,
+                subgroup=0,
+                object_id=1,
+                publisher_priority=0,
+                extensions=(),
+                status=_N,
+                payload=b"efgh",
+            ),
+            StreamFinished(end_of_group=False, end_of_track=False, last_object_id=1),
+        ],
+    ),
+    (
+        "subgroup 0x39 (extensions, end of group, default priority), then an End of Group "
+        "status (d16 §10.4.2, §10.2.1)",
+        "39 02 03  00 02 3c01 01 7a  00 00 00 03",
+        [
+            SubgroupHeaderParsed(
+                stream_type=DataStreamType(0x19),
+                track_alias=2,
+                group=3,
+                subgroup=0,
+                publisher_priority=128,
+            ),
+            ObjectParsed(
+                group=3,
+                subgroup=0,
+                object_id=0,
+                publisher_priority=128,
+                extensions=((0x3C, 1),),
+                status=_N,
+                payload=b"z",
+            ),
+            ObjectParsed(
+                group=3,
+                subgroup=0,
+                object_id=1,
+                publisher_priority=128,
+                extensions=(),
+                status=ObjectStatus.END_OF_GROUP,
+                payload=b"",
+            ),
+            StreamFinished(end_of_group=True, end_of_track=False, last_object_id=1),
+        ],
+    ),
+    (
+        "fetch: two objects, End of Non-Existent Range {0, 5}, an object of group 1 "
+        "(d16 §10.4.4: flags 0x1c, 0x01, 0x8c, 0x0d)",
+        "05 08  1c 00 00 80 01 61  01 01 62  408c 00 05  0d 01 00 01 63",
+        [
+            FetchHeaderParsed(request_id=8),
+            ObjectParsed(
+                group=0,
+                subgroup=0,
+                object_id=0,
+                publisher_priority=128,
+                extensions=(),
+                status=_N,
+                payload=b"a",
+            ),
+            ObjectParsed(
+                group=0,
+                subgroup=0,
+                object_id=1,
+                publisher_priority=128,
+                extensions=(),
+                status=_N,
+                payload=b"b",
+            ),
+            FetchRangeEnded(group=0, object_id=5, unknown=False),
+            ObjectParsed(
+                group=1,
+                subgroup=0,
+                object_id=0,
+                publisher_priority=128,
+                extensions=(),
+                status=_N,
+                payload=b"c",
+            ),
+            StreamFinished(end_of_group=False, end_of_track=False, last_object_id=0),
+        ],
+    ),
+]
+
+
+def _encode_stream(events: list[object]) -> bytes:
+    """Our draft-16 encoders, driven by the events a stream should parse to."""
+    out = bytearray()
+    writer = FetchObjectWriter16()
+    header = None
+    previous: int | None = None
+    for e in events:
+        if isinstance(e, SubgroupHeaderParsed):
+            header = e
+            default = e.publisher_priority == 128  # these vectors use 128 for "no priority byte"
+            out += encode_subgroup_header_16(
+                track_alias=e.track_alias,
+                group=e.group,
+                subgroup=e.subgroup or 0,
+                publisher_priority=None if default else e.publisher_priority,
+                extensions=e.stream_type.has_extensions,
+                end_of_group=e.stream_type.end_of_group,
+                mode=e.stream_type.subgroup_id_mode,
+            )
+        elif isinstance(e, FetchHeaderParsed):
+            out += writer.header(e.request_id)
+        elif isinstance(e, FetchRangeEnded):
+            out += writer.range_end(group=e.group, object_id=e.object_id, unknown=e.unknown)
+        elif isinstance(e, ObjectParsed) and header is not None:
+            out += encode_subgroup_object_16(
+                previous_id=previous,
+                object_id=e.object_id,
+                payload=e.payload,
+                status=e.status,
+                extensions=e.extensions,
+                with_extensions=header.stream_type.has_extensions,
+            )
+            previous = e.object_id
+        elif isinstance(e, ObjectParsed):
+            out += writer.object(
+                group=e.group,
+                subgroup=e.subgroup,
+                object_id=e.object_id,
+                publisher_priority=e.publisher_priority,
+                payload=e.payload,
+                extensions=e.extensions,
+            )
+    return bytes(out)
+
+
+@pytest.mark.parametrize(("label", "hexstr", "events"), STREAMS, ids=[s[0] for s in STREAMS])
+def test_stream_vector(label: str, hexstr: str, events: list[object]) -> None:
+    wire = _wire(hexstr)
+    assert StreamParser16().feed(wire, fin=True) == events
+    parser = StreamParser16()
+    got = [e for i in range(len(wire)) for e in parser.feed(wire[i : i + 1])]
+    assert got + parser.feed(b"", fin=True) == events
+    assert _encode_stream(events) == wire
+
+
+_SG = _wire("11 02 03 80")  # ZERO mode, extensions, priority 0x80
+BAD_STREAMS: list[tuple[str, bytes, bool, type[BaseException]]] = [
+    *[
+        (f"stream type {t:#x}", _vi(t, 1, 0) + b"\x80", False, UnknownStreamType)
+        for t in (0x00, 0x06, 0x0F, 0x16, 0x17, 0x1E, 0x1F, 0x36, 0x3F, 0x40, 0x50)
+    ],
+    ("status 1 (draft-14's Does-Not-Exist)", _SG + _wire("00 00 00 01"), False, ProtocolViolation),
+    ("status 2", _SG + _wire("00 00 00 02"), False, ProtocolViolation),
+    ("extensions on End of Group", _SG + _wire("00 02 3c01 00 03"), False, ProtocolViolation),
+    ("object after End of Group", _SG + _wire("00 00 00 03 00 00 01 7a"), False, ProtocolViolation),
+    ("extension overrun", _SG + _wire("00 02 3c 01"), True, ProtocolViolation),
+    (
+        "fetch: first object uses prior subgroup",
+        _wire("05 08 1d 00 00 80 00"),
+        False,
+        ProtocolViolation,
+    ),
+    ("fetch: first object without Group ID", _wire("05 08 14 00 80 00"), False, ProtocolViolation),
+    ("fetch: first object without priority", _wire("05 08 0c 00 00 00"), False, ProtocolViolation),
+    ("fetch: serialization flags 0x80", _wire("05 08 4080 00 00"), False, ProtocolViolation),
+    ("empty stream", b"", True, ProtocolViolation),
+    *[
+        (f"{label} FIN at {cut}", _wire(h)[:cut], True, ProtocolViolation)
+        for label, h, events in STREAMS
+        for cut in range(len(_wire(h)))
+        if cut not in {len(_encode_stream(events[: k + 1])) for k in range(len(events) - 1)}
+    ],
+]
+
+
+@pytest.mark.parametrize(
+    ("label", "wire", "fin", "exc"), BAD_STREAMS, ids=[b[0] for b in BAD_STREAMS]
+)
+def test_malformed_stream_draft16(
+    label: str, wire: bytes, fin: bool, exc: type[BaseException]
+) -> None:
+    parser = StreamParser16()
+    with pytest.raises(BaseException) as info:
+        parser.feed(wire, fin=fin)
+    assert type(info.value) is exc, f"{label}: {info.value!r}"
+    assert info.value.error_code == PV  # type: ignore[attr-defined]
+    with pytest.raises(exc):
+        parser.feed(b"x")  # a failed parser stays failed
+
+
+def test_stream_caps_draft16() -> None:
+    with pytest.raises(ObjectTooLarge) as info:
+        StreamParser16(max_object_size=8).feed(_wire("14 02 00 00 00 00 09"))
+    assert info.value.error_code == SessionError.INTERNAL_ERROR
+    with pytest.raises(ObjectTooLarge):
+        StreamParser16(max_extensions_size=1).feed(_SG + _wire("00 02"))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 3),
+            st.binary(min_size=1, max_size=6),
+            st.lists(st.tuples(st.integers(0, 40), st.integers(0, 9)), max_size=2),
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    st.booleans(),
+)
+def test_subgroup_round_trip_draft16(objects: list, default_priority: bool) -> None:
+    header = encode_subgroup_header_16(
+        track_alias=1,
+        group=4,
+        publisher_priority=None if default_priority else 7,
+        extensions=True,
+    )
+    wire = bytearray(header)
+    previous = None
+    object_id = 0
+    want = []
+    for gap, payload, exts in objects:
+        object_id = gap if previous is None else previous + 1 + gap
+        extensions = tuple(sorted({k * 2: v for k, v in exts}.items()))
+        wire += encode_subgroup_object_16(
+            previous_id=previous,
+            object_id=object_id,
+            payload=payload,
+            extensions=extensions,
+            with_extensions=True,
+        )
+        want.append((object_id, payload, extensions))
+        previous = object_id
+    events = StreamParser16().feed(bytes(wire), fin=True)
+    objs = [e for e in events if isinstance(e, ObjectParsed)]
+    assert [(o.object_id, o.payload, o.extensions) for o in objs] == want
+    assert all(o.publisher_priority == (128 if default_priority else 7) for o in objs)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 3),
+            st.sampled_from([None, 0, 1, 2, 7]),
+            st.integers(0, 5),
+            st.integers(0, 255),
+            st.binary(max_size=4),
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_fetch_round_trip_draft16(objects: list) -> None:
+    writer = FetchObjectWriter16()
+    wire = bytearray(writer.header(3))
+    want = []
+    for group, subgroup, object_id, priority, payload in objects:
+        wire += writer.object(
+            group=group,
+            subgroup=subgroup,
+            object_id=object_id,
+            publisher_priority=priority,
+            payload=payload,
+        )
+        want.append((group, subgroup or 0, object_id, priority, payload))
+    events = StreamParser16().feed(bytes(wire), fin=True)
+    got = [
+        (e.group, e.subgroup, e.object_id, e.publisher_priority, e.payload)
+        for e in events
+        if isinstance(e, ObjectParsed)
+    ]
+    assert got == want

@@ -12,7 +12,8 @@ negotiated draft version is a parameter of every one) and its registry entries (
 :mod:`.track_status` TRACK_STATUS, TRACK_STATUS_OK/_ERROR
 :mod:`.namespace`   PUBLISH_NAMESPACE*, SUBSCRIBE_NAMESPACE*, UNSUBSCRIBE_NAMESPACE
 :mod:`.request`     REQUEST_OK, REQUEST_ERROR (draft-16)
-:mod:`.streams`     subgroup and fetch data streams (parser; encoders in ``streams_encode``)
+:mod:`.streams`     subgroup and fetch data streams (parser; encoders in ``streams_encode``;
+                    draft-16's in ``streams16``)
 :mod:`.datagrams`   OBJECT_DATAGRAM
 ==================  ==============================================================
 
@@ -39,6 +40,7 @@ from . import (
     request,
     setup,
     streams,
+    streams16,
     subscribe,
     track_status,
     types,
@@ -61,6 +63,7 @@ from .publish import *  # noqa: F403
 from .request import *  # noqa: F403
 from .setup import *  # noqa: F403
 from .streams import *  # noqa: F403
+from .streams16 import *  # noqa: F403
 from .subscribe import *  # noqa: F403
 from .track_status import *  # noqa: F403
 from .types import *  # noqa: F403
@@ -86,6 +89,7 @@ __all__ += publish.__all__
 __all__ += request.__all__
 __all__ += setup.__all__
 __all__ += streams.__all__
+__all__ += streams16.__all__
 __all__ += subscribe.__all__
 __all__ += track_status.__all__
 __all__ += types.__all__
