@@ -19,7 +19,7 @@ pytest.importorskip("atheris")
 
 FUZZ = Path(__file__).resolve().parents[2] / "fuzz"
 TARGETS = sorted(p.stem.removeprefix("fuzz_") for p in FUZZ.glob("fuzz_*.py"))
-SECONDS = 4
+SECONDS = 2
 
 
 def test_every_parser_has_a_target_and_a_corpus() -> None:

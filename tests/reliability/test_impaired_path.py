@@ -22,7 +22,7 @@ from ray_kvmoq.bench.impair_proxy import Impairment
 WHY = netns_unavailable()
 pytestmark = [pytest.mark.skipif(WHY is not None, reason=WHY or ""), pytest.mark.slow]
 
-GROUPS, GROUP_BYTES, OBJECT_BYTES = 2, 128 << 10, 8 << 10
+GROUPS, GROUP_BYTES, OBJECT_BYTES = 2, 64 << 10, 8 << 10
 PULL_TIMEOUT = 45.0
 IP_UDP_HEADERS = 28
 
