@@ -339,6 +339,14 @@ MALFORMED += [
     ("FILTER type 9", _frame(3, _SUB + _vi(1, 0x21, 1, 9)), ProtocolViolation),
     ("FILTER trailing byte", _frame(3, _SUB + _vi(1, 0x21, 2, 2, 0)), ProtocolViolation),
     ("FILTER truncated start", _frame(3, _SUB + _vi(1, 0x21, 2, 3, 1)), ProtocolViolation),
+    # An empty LARGEST_OBJECT is a truncated Location, not an absent parameter (regression:
+    # the decoders tested the value's truthiness, so b"" read as "no largest").
+    ("SUBSCRIBE_OK LARGEST_OBJECT empty", _frame(4, _vi(0, 7, 1, 9, 0)), ProtocolViolation),
+    (
+        "PUBLISH LARGEST_OBJECT empty",
+        _frame(0x1D, _vi(1) + _SUB[1:] + _vi(5) + _vi(1, 9, 0)),
+        ProtocolViolation,
+    ),
     (
         "SUBSCRIBE_OK LARGEST_OBJECT truncated",
         _frame(4, _vi(0, 7, 1, 9, 1, 2)),
@@ -390,7 +398,7 @@ _COUNTS = {
 )
 def test_malformed_counts(counts: dict[str, int]) -> None:
     assert counts == {
-        "distinct malformed (PROTOCOL_VIOLATION)": 207,
+        "distinct malformed (PROTOCOL_VIOLATION)": 209,
         "distinct truncations (need more data)": 220,
         "generated duplicates dropped": 36,
     }

@@ -260,7 +260,7 @@ def dec_publish_16(r: Reader, opts: DecodeOptions) -> Publish:
         track_namespace=namespace,
         track_name=name,
         track_alias=track_alias,
-        largest=decode_location(raw_largest, "LARGEST_OBJECT") if raw_largest else None,
+        largest=None if raw_largest is None else decode_location(raw_largest, "LARGEST_OBJECT"),
         forward=bool(int_param(params, _P16.FORWARD, 1, 1, "FORWARD")),
         parameters=params,
         track_extensions=r.kvps_until_end(delta=True),

@@ -370,7 +370,7 @@ def dec_subscribe_ok_16(r: Reader, opts: DecodeOptions) -> SubscribeOk:
         request_id=request_id,
         track_alias=track_alias,
         expires=expires or 0,
-        largest=decode_location(raw_largest, "LARGEST_OBJECT") if raw_largest else None,
+        largest=None if raw_largest is None else decode_location(raw_largest, "LARGEST_OBJECT"),
         parameters=params,
         track_extensions=r.kvps_until_end(delta=True),
     )
