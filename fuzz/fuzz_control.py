@@ -1,6 +1,8 @@
-"""Fuzz target: MoQT control messages (draft-14 §9) through the public codec.
+"""Fuzz target: MoQT control messages (draft-14 §9, and every other version the codec
+supports) through the public codec.
 
-Each input is a control-stream byte string. Checked, for every input:
+Each input is one selector byte (its value modulo the number of supported versions picks the
+version, and it seeds the chunking), then a control-stream byte string. Checked, per input:
 
 * :class:`~ray_kvmoq.moqt.codec.ControlStreamParser` raises nothing but
   :class:`~ray_kvmoq.moqt.codec.MoqtError` (the documented peer-input errors); NeedMoreData never
@@ -21,11 +23,11 @@ with atheris.instrument_imports(include=["ray_kvmoq"]):
 
 from _common import chunked, main
 
-VERSION = codec.DRAFT_14
+VERSIONS = tuple(sorted(codec.SUPPORTED_VERSIONS))  # draft-14 first
 
 
-def _parse(pieces: list[bytes]) -> tuple[list[object], str | None]:
-    parser = codec.ControlStreamParser(version=VERSION)
+def _parse(pieces: list[bytes], version: int) -> tuple[list[object], str | None]:
+    parser = codec.ControlStreamParser(version=version)
     out: list[object] = []
     try:
         for i, piece in enumerate(pieces):
@@ -36,21 +38,23 @@ def _parse(pieces: list[bytes]) -> tuple[list[object], str | None]:
 
 
 def test_one_input(data: bytes) -> None:
-    if not data:
+    if len(data) < 2:
         return
-    whole, err = _parse([data])
-    split, split_err = _parse(list(chunked(data, data[0])))
+    version, stream = VERSIONS[data[0] % len(VERSIONS)], data[1:]
+    whole, err = _parse([stream], version)
+    split, split_err = _parse(list(chunked(stream, data[0])), version)
     # same verdict; a failing feed() returns nothing, so pieces before the error may have
     # yielded more messages than the one whole feed
     assert err == split_err and split[: len(whole)] == whole, (whole, err, split, split_err)
     if err is None:
         assert whole == split
     for msg in split:
-        msg_type, payload, _ = codec.read_control_frame(codec.encode_control(msg, version=VERSION))
-        again = codec.decode_control(msg_type, payload, version=VERSION)
+        frame = codec.encode_control(msg, version=version)  # type: ignore[arg-type]
+        msg_type, payload, _ = codec.read_control_frame(frame, version=version)
+        again = codec.decode_control(msg_type, payload, version=version)
         assert again == msg, (msg, again)
     try:
-        codec.decode_control(data[0], data[1:], version=VERSION)
+        codec.decode_control(stream[0], stream[1:], version=version)
     except codec.MoqtError:
         pass
 

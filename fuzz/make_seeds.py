@@ -3,6 +3,7 @@ format change): ``python fuzz/make_seeds.py``.
 
 * ``control``, ``data_stream``, ``datagram``: what the parsers were fed during the MoQT and
   relay test sessions (``seeds_capture.py``, a pytest plugin), plus encoder-made datagrams;
+  control seeds once per version selector byte (draft-14 streams also seed draft-16);
 * ``kv_payload``: every codec's objects for each target geometry (1-4 tokens), good codebooks;
 * ``token``: signed tokens and claim bodies (valid, expired, odd prefixes);
 * ``names``: KV namespaces + track names, valid and not.
@@ -53,7 +54,10 @@ def _captured() -> None:
         cmd += ["seeds_capture", *CAPTURE_TESTS]
         subprocess.run(cmd, cwd=ROOT, env=env, check=False)  # seeds count, not the verdicts
         for d in Path(tmp).iterdir():
-            _write(d.name, [p.read_bytes() for p in d.iterdir()], prefix="live-")
+            seeds = sorted(p.read_bytes() for p in d.iterdir())
+            if d.name == "control":  # a version selector byte first (fuzz_control.py)
+                seeds = [bytes([v]) + s for s in seeds for v in (0, 1)]
+            _write(d.name, seeds, prefix="live-")
 
 
 def _datagrams() -> list[bytes]:

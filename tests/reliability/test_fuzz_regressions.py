@@ -44,3 +44,21 @@ def test_ac_codebook_with_huge_geometry_is_refused_before_allocating() -> None:
     head = struct.pack("<BBBBHBBHHH", 1, 12, 31, 2, 2, 0, 0, 1, 4096, 2048)
     with pytest.raises(CodebookError, match="values per token"):
         parse_codebook(head + bytes([32, 32]))
+
+
+def test_d16_subscribe_ok_with_an_empty_largest_object_is_malformed() -> None:
+    """Root cause: ``dec_subscribe_ok_16`` tested the LARGEST_OBJECT parameter for truthiness,
+    so an empty value (present, but no Location in it) decoded as "no largest" while the
+    parameter stayed in ``parameters``; re-encoding then dropped it (fuzz_control round trip,
+    draft-16). An empty Location is a truncated one: PROTOCOL_VIOLATION."""
+    from ray_kvmoq.moqt import codec
+
+    # request 4, track alias 0, one parameter: type 9 (LARGEST_OBJECT), length 0
+    payload = bytes.fromhex("0400010900")
+    with pytest.raises(codec.ProtocolViolation, match="LARGEST_OBJECT"):
+        codec.decode_control(
+            int(codec.MessageTypeD16.SUBSCRIBE_OK), payload, version=codec.DRAFT_16
+        )
+    stream = (CORPUS / "control" / "regress-d16-subscribe-ok-empty-largest").read_bytes()[1:]
+    with pytest.raises(codec.ProtocolViolation):
+        codec.ControlStreamParser(version=codec.DRAFT_16).feed(stream)
