@@ -51,7 +51,7 @@ def _actor_classes() -> tuple[Any, Any]:
         """Publishes synthetic groups on one node (stands in for a prefill replica)."""
 
         def __init__(self, group_bytes: int) -> None:
-            from ray_kvmoq.moqt.objects import Group
+            from ray_kvmoq.moqt.api import Group
 
             block = os.urandom(1 << 20)
             self.payload = (block * (group_bytes // len(block) + 1))[:group_bytes]

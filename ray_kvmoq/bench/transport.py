@@ -29,8 +29,13 @@ from typing import Any
 
 import click
 
-from ray_kvmoq.moqt.aio import FastQuicProtocol, TransportConfig, connect_quic, serve_quic
-from ray_kvmoq.moqt.certs import self_signed
+from ray_kvmoq.moqt.api import (
+    FastQuicProtocol,
+    TransportConfig,
+    connect_quic,
+    self_signed,
+    serve_quic,
+)
 
 OBJECTS_PER_GROUP = 128
 

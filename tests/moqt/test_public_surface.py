@@ -299,13 +299,7 @@ FAMILIES: dict[str, list[str]] = {
 }
 
 PUBLIC = {"ray_kvmoq.moqt", "ray_kvmoq.moqt.api", "ray_kvmoq.moqt.codec"}
-PENDING: dict[str, set[str]] = {
-    # Owned by the bench work (not editable from the moqt side); they should move to
-    # ``ray_kvmoq.moqt.api``, which exports every name they use.
-    "ray_kvmoq/bench/transport.py": {"ray_kvmoq.moqt.aio", "ray_kvmoq.moqt.certs"},
-    "ray_kvmoq/bench/relay.py": {"ray_kvmoq.moqt.objects"},
-    "ray_kvmoq/bench/impair.py": {"ray_kvmoq.moqt.objects", "ray_kvmoq.moqt.aio"},
-}
+PENDING: dict[str, set[str]] = {}
 """Private imports outside moqt/ still waiting for their owners (names all exist in ``api``)."""
 
 
