@@ -69,7 +69,7 @@ clean-venv:
 # Coverage-guided fuzzing (atheris) of every parser: fuzz/README.md. Each target starts from its
 # committed corpus (fuzz/corpus/<target>/); new inputs and crash artifacts go to a temp dir.
 # Fails on the first crash, unexpected exception type, broken property, slow input or RSS blowup.
-FUZZ_TARGETS := control data_stream datagram kv_payload names token
+FUZZ_TARGETS := control data_stream data_stream16 datagram datagram16 kv_payload names token
 FUZZ_RUNS ?= 250000
 fuzz: $(STAMP)
 	@set -e; for t in $(FUZZ_TARGETS); do \

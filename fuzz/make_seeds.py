@@ -4,6 +4,8 @@ format change): ``python fuzz/make_seeds.py``.
 * ``control``, ``data_stream``, ``datagram``: what the parsers were fed during the MoQT and
   relay test sessions (``seeds_capture.py``, a pytest plugin), plus encoder-made datagrams;
   control seeds once per version selector byte (draft-14 streams also seed draft-16);
+* ``data_stream16``, ``datagram16``: encoder-made draft-16 streams and datagrams, plus the
+  draft-14 captures (sessions speak draft-14 only so far);
 * ``kv_payload``: every codec's objects for each target geometry (1-4 tokens), good codebooks;
 * ``token``: signed tokens and claim bodies (valid, expired, odd prefixes);
 * ``names``: KV namespaces + track names, valid and not.
@@ -60,8 +62,10 @@ def _captured() -> None:
             _write(d.name, seeds, prefix="live-")
 
 
-def _datagrams() -> list[bytes]:
+def _datagrams(version: int | None = None) -> list[bytes]:
     from ray_kvmoq.moqt import codec
+
+    version = codec.DRAFT_14 if version is None else version
 
     out = []
     for status in (None, codec.ObjectStatus.END_OF_GROUP, codec.ObjectStatus.DOES_NOT_EXIST):
@@ -78,9 +82,38 @@ def _datagrams() -> list[bytes]:
                     end_of_group=eog,
                 )
                 try:
-                    out.append(codec.encode_datagram(d))
+                    out.append(codec.encode_datagram(d, version=version))
                 except codec.MoqtError:
                     pass
+    return out
+
+
+def _streams16() -> list[bytes]:
+    from ray_kvmoq.moqt import codec
+
+    out = []
+    for prio in (128, None):
+        for ext in (False, True):
+            for eog in (False, True):
+                s = codec.encode_subgroup_header_16(
+                    track_alias=2,
+                    group=5,
+                    subgroup=1,
+                    publisher_priority=prio,
+                    extensions=ext,
+                    end_of_group=eog,
+                )
+                prev = None
+                for o, payload in enumerate((b"kv", b"", b"x" * 300)):
+                    s += codec.encode_subgroup_object_16(
+                        previous_id=prev,
+                        object_id=o * 2,
+                        payload=payload,
+                        extensions=((2, 7),) if ext else (),
+                        with_extensions=ext,
+                    )
+                    prev = o * 2
+                out.append(s)
     return out
 
 
@@ -145,6 +178,13 @@ def main() -> None:
     _clear()
     _captured()
     _write("datagram", _datagrams())
+    from ray_kvmoq.moqt import codec
+
+    _write("datagram16", _datagrams(codec.DRAFT_16))
+    _write("data_stream16", _streams16())
+    for target, src in (("datagram16", "datagram"), ("data_stream16", "data_stream")):
+        live = [p.read_bytes() for p in (CORPUS / src).glob("live-*")]
+        _write(target, [b for b in live if len(b) <= 512], prefix="live-")  # the short ones
     _write("kv_payload", _kv_payloads())
     _write("token", _tokens())
     _write("names", _names())

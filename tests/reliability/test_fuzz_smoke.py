@@ -23,7 +23,16 @@ SECONDS = 2
 
 
 def test_every_parser_has_a_target_and_a_corpus() -> None:
-    assert TARGETS == ["control", "data_stream", "datagram", "kv_payload", "names", "token"]
+    assert TARGETS == [
+        "control",
+        "data_stream",
+        "data_stream16",
+        "datagram",
+        "datagram16",
+        "kv_payload",
+        "names",
+        "token",
+    ]
     for t in TARGETS:
         assert len(list((FUZZ / "corpus" / t).iterdir())) >= 5, t
 
