@@ -53,8 +53,10 @@ def test_pull_is_bit_exact_under_loss_and_delay(run: PathRun, loss_pct: int, rtt
     px = res.proxy
     assert px["clients"] == 1 and px["bytes_received"]["down"] >= run.total_bytes
     assert 1200 <= px["max_datagram"] <= 1500 - IP_UDP_HEADERS
-    if loss_pct:
-        assert px["dropped_loss"] > 0
+    if loss_pct:  # the draw runs on every datagram (its rate: test_impair_proxy); 1 % of a
+        # 128 KiB pull's ~150 datagrams may be none
+        n = px["received"]["up"] + px["received"]["down"]
+        assert px["dropped_loss"] > 0 or n * loss_pct / 100 < 3, (px["dropped_loss"], n)
     else:
         assert px["dropped_loss"] == 0
     if rtt_ms:  # at least one round trip of added delay per pull (handshake + FETCH)
