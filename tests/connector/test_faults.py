@@ -18,7 +18,8 @@ import pytest
 from tests.connector.conftest import RAY_NAMESPACE, Engines, fresh_salt
 from tests.connector.test_vllm_connector import NO_REUSE, _flush, _gen, _metrics
 
-pytestmark = [pytest.mark.ray, pytest.mark.model, pytest.mark.slow]
+# 900 s: the first test also pays for starting the shared vLLM engines (minutes on 2 busy cores)
+pytestmark = [pytest.mark.ray, pytest.mark.model, pytest.mark.slow, pytest.mark.timeout(900)]
 
 C = 128
 TRACK = b"BF16"

@@ -15,7 +15,8 @@ import pytest
 
 from tests.connector.conftest import Engines, fresh_salt
 
-pytestmark = [pytest.mark.ray, pytest.mark.model, pytest.mark.slow]
+# 900 s: the first test also pays for starting the shared vLLM engines (minutes on 2 busy cores)
+pytestmark = [pytest.mark.ray, pytest.mark.model, pytest.mark.slow, pytest.mark.timeout(900)]
 
 C = 128
 

@@ -20,7 +20,8 @@ import pytest
 from ray_kvmoq.bench.quality import load_text
 from tests.serving.conftest import app_args, deployed
 
-pytestmark = [pytest.mark.ray, pytest.mark.model, pytest.mark.slow]
+# 900 s: the first test also pays for starting the shared vLLM engines (minutes on 2 busy cores)
+pytestmark = [pytest.mark.ray, pytest.mark.model, pytest.mark.slow, pytest.mark.timeout(900)]
 
 MODEL = "SmolLM2-135M-Instruct"
 

@@ -23,7 +23,8 @@ from ray_kvmoq.bench.quality import load_text
 from tests.serving.conftest import app_args, deployed
 from tests.serving.test_app_combined import MODEL, _board, _client
 
-pytestmark = [pytest.mark.ray, pytest.mark.model, pytest.mark.slow]
+# 900 s: the first test also pays for starting the shared vLLM engines (minutes on 2 busy cores)
+pytestmark = [pytest.mark.ray, pytest.mark.model, pytest.mark.slow, pytest.mark.timeout(900)]
 
 APP = "pd"
 
