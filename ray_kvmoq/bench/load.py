@@ -265,20 +265,30 @@ def descendants() -> dict[int, str]:
     return out
 
 
-def growth(samples: list[dict[str, Any]], warmup_s: float) -> dict[str, Any]:
-    """Growth from the first sample after warm-up to the last: total RSS, the worst single
-    process (of those alive at both ends), object-store bytes; and the relay budget check at
-    every sample."""
+def growth(samples: list[dict[str, Any]], warmup_s: float, window: int = 3) -> dict[str, Any]:
+    """Growth after warm-up: the median of the first ``window`` samples after ``warmup_s``
+    against the median of the last ``window`` (one sample catches whatever loads are in flight
+    at that instant), for the total RSS, the worst single process (of those alive throughout)
+    and the object stores' bytes; and the relay budget check at every sample."""
     if not samples:
         return {}
     t0 = samples[0]["t"]
     after = [s for s in samples if s["t"] - t0 >= warmup_s] or samples[-1:]
-    first, last = after[0], samples[-1]
-    both = [k for k in first["rss"] if k in last["rss"]]
-    per = {k: last["rss"][k] / max(1, first["rss"][k]) - 1 for k in both}
+    head, tail = after[:window], after[-window:]
+    both = [k for k in head[0]["rss"] if all(k in s["rss"] for s in after)]
+
+    def med(group: list[dict[str, Any]], f: Callable[[dict[str, Any]], float]) -> float:
+        return float(statistics.median(f(s) for s in group))
+
+    def rss_of(k: str) -> Callable[[dict[str, Any]], float]:
+        return lambda s: float(s["rss"][k])
+
+    per = {k: med(tail, rss_of(k)) / max(1.0, med(head, rss_of(k))) - 1 for k in both}
     worst = max(per, key=lambda k: per[k]) if per else None
-    tot0, tot1 = sum(first["rss"][k] for k in both), sum(last["rss"][k] for k in both)
-    st0, st1 = sum(first["store"].values()), sum(last["store"].values())
+    tot0 = med(head, lambda s: sum(s["rss"][k] for k in both))
+    tot1 = med(tail, lambda s: sum(s["rss"][k] for k in both))
+    st0 = med(head, lambda s: sum(s["store"].values()))
+    st1 = med(tail, lambda s: sum(s["store"].values()))
     over = [
         (s["t"] - t0, node, r)
         for s in samples
@@ -289,11 +299,11 @@ def growth(samples: list[dict[str, Any]], warmup_s: float) -> dict[str, Any]:
         "samples": len(samples),
         "processes": len(both),
         "rss_total_mb": [round(tot0 / 2**20, 1), round(tot1 / 2**20, 1)],
-        "rss_total_growth": round(tot1 / max(1, tot0) - 1, 4),
+        "rss_total_growth": round(tot1 / max(1.0, tot0) - 1, 4),
         "rss_worst_process": worst,
         "rss_worst_growth": round(per[worst], 4) if worst else None,
         "store_mb": [round(st0 / 2**20, 1), round(st1 / 2**20, 1)],
-        "store_growth": round(st1 / max(1, st0) - 1, 4) if st0 else None,
+        "store_growth": round(st1 / st0 - 1, 4) if st0 else None,
         "relay_max_cached_mb": round(
             max((r["cached"] for s in samples for r in s["relays"].values()), default=0) / 2**20,
             1,
