@@ -53,11 +53,6 @@ class EngineHost:
         env: dict[str, str] | None = None,
         **engine_kwargs: Any,
     ) -> None:
-        import torch
-
-        from .config import engine_env
-
-        os.environ.update(engine_env(gpu=torch.cuda.is_available()))
         os.environ.update(env or {})  # e.g. KVMOQ_CLUSTER_SECRET for vLLM's processes
         if ray_address:
             os.environ["RAY_ADDRESS"] = ray_address
