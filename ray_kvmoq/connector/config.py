@@ -135,19 +135,3 @@ def check_codec(name: str) -> str:
     if name not in {n.decode() for n in TRACK_NAMES}:
         raise UnknownCodecError(f"unknown KV track compression {name!r}")
     return name
-
-
-def engine_env(*, gpu: bool) -> dict[str, str]:
-    """Environment for vLLM engine processes that run this connector.
-
-    On CPU, vLLM reserves a core for its engine-core process and, whenever a
-    ``kv_transfer_config`` is set, one more (meant for NIXL's transfer threads). On a 2-core
-    node that is every core, and vLLM then reserves none: its OpenMP threads spin on the cores
-    its scheduler needs (measured here: TPOT 1.3x stock Ray Serve LLM at 1 replica, 5x at 2
-    replicas). This connector's transfers run in the node relay's process, so one reserved core
-    is enough, as without a connector. A ``VLLM_CPU_NUM_OF_RESERVED_CPU`` already set wins.
-    """
-    env = {"TOKENIZERS_PARALLELISM": "false"}
-    if not gpu:
-        env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU", "1")
-    return env

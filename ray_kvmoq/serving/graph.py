@@ -26,7 +26,6 @@ from typing import Any
 from ray.serve import Application
 
 from ray_kvmoq.connector import kv_transfer_config
-from ray_kvmoq.connector.config import engine_env
 from ray_kvmoq.connector.extension import WORKER_EXTENSION
 from ray_kvmoq.connector.identity import model_fingerprint, namespace_model_name
 from ray_kvmoq.kvcache.layout import KVGeometry
@@ -168,7 +167,7 @@ def _llm_config(args: AppArgs, r: ReplicaArgs, role: str, deployment: str) -> An
         engine_kwargs=engine,
         placement_group_config={"bundles": [bundle]},
         deployment_config=deployment_config,
-        runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", **engine_env(gpu=gpu)}},
+        runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}},
     )
 
 
