@@ -309,6 +309,9 @@ def growth(samples: list[dict[str, Any]], warmup_s: float, window: int = 3) -> d
             1,
         ),
         "relay_over_budget_samples": len(over),
+        "relay_budgets_mb": sorted(
+            {r["budget"] >> 20 for s in samples for r in s["relays"].values()}
+        ),
     }
 
 

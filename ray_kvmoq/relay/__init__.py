@@ -35,7 +35,8 @@ once from the driver (the serving app's builder)::
 Relays and the ``kvmoq_directory`` actor are detached and restartable: they outlive the
 process that created them; a restarted relay starts empty and registers afresh; a restarted
 directory is rebuilt from the relays within about a second (they re-announce what they hold).
-``start_relays`` is idempotent. ``data_planes=K`` (default min(node cores, 8), none below 4
+``start_relays`` is idempotent; it sets the budget of relays it finds running (a redeployed
+app with a new ``relay_budget_mb`` gets it). ``data_planes=K`` (default min(node cores, 8), none below 4
 cores; 0 = none) runs K data-plane processes per relay, each with its own QUIC endpoint;
 pulls stripe over them.
 
@@ -70,7 +71,9 @@ Every method is awaited from async code (``await relay.m.remote(...)``):
   ``nodes()``).
 * ``stats() -> dict[str, int]`` (cache, budget, upstream/delivered bytes, live tracks, groups
   in flight, per-data-plane FETCHes), ``address() -> NodeInfo`` (with ``data_ports``),
-  ``flush_directory()``, ``reannounce() -> int``, ``get_incarnation() -> str``,
+  ``set_budget(budget_bytes) -> int`` (resize, evicting LRU groups to fit; kept across a
+  restart; returns the old budget), ``flush_directory()``, ``reannounce() -> int``,
+  ``get_incarnation() -> str``,
   ``shutdown()``.
 
 Errors: ``RelayError`` (``error_code`` = draft-14 request error, e.g. 0x4 TRACK_DOES_NOT_EXIST)

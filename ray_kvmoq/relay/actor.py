@@ -33,6 +33,7 @@ returns at once) to keep a zero-copy view for the relay's own reads.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import secrets
 import socket
@@ -49,6 +50,8 @@ from .cache import GroupKey, GroupStore, RelayCache
 from .directory import Directory, Location, NodeInfo
 from .events import INTERNAL_ERROR, TIMEOUT, TRACK_DOES_NOT_EXIST, Upstream
 from .relay import GroupEnded, Relay, RelayError, TrackEnded, as_namespace, as_track
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "DIRECTORY_NAME",
@@ -88,6 +91,13 @@ def write_cluster_secret(secret: bytes) -> None:
     if len(secret) < 16:
         raise ValueError("the cluster secret must have at least 16 bytes")
     internal_kv._internal_kv_put(_SECRET_KEY, secret, overwrite=True, namespace=_SECRET_NS)
+
+
+def _budget_key() -> bytes | None:
+    """GCS key of the calling relay actor's budget (None outside a named actor)."""
+    ctx = ray.get_runtime_context()
+    name = ctx.get_actor_name()
+    return f"relay_budget/{ctx.namespace}/{name}".encode() if name else None
 
 
 def relay_name(node_id: str, prefix: str = "kvmoq_relay_") -> str:
@@ -391,6 +401,7 @@ class RelayActor:
             from .downstream import RelayNetwork  # MoQT side; late so the core stays Ray-testable
 
             self._net = RelayNetwork(node_id=self.node_id, host=self.host, port=self.port, **opts)
+        self.budget_bytes = self._persisted_budget() or self.budget_bytes
         self.relay = Relay(
             node_id=self.node_id,
             cache=RelayCache(self.budget_bytes, self._store),
@@ -654,6 +665,26 @@ class RelayActor:
         await self._dclient.register_node(self._info(), fresh=True)
         return await relay.announce_all()
 
+    async def set_budget(self, budget_bytes: int) -> int:
+        """Resize this relay's cache to ``budget_bytes`` (evicting LRU groups to fit); returns
+        the old budget. The new one is kept in the GCS, so a restarted relay keeps it too."""
+        from ray.experimental import internal_kv
+
+        old = (await self._ready()).set_budget(budget_bytes)
+        self.budget_bytes = budget_bytes
+        key = _budget_key()
+        if key is not None:
+            value = str(budget_bytes).encode()
+            internal_kv._internal_kv_put(key, value, overwrite=True, namespace=_SECRET_NS)
+        return old
+
+    def _persisted_budget(self) -> int | None:
+        from ray.experimental import internal_kv
+
+        key = _budget_key()
+        value = key and internal_kv._internal_kv_get(key, namespace=_SECRET_NS)
+        return int(value) if value else None
+
     async def stats(self) -> dict[str, int]:
         """Cache and transfer counters (``plane_fetches_<i>``: range FETCHes data plane i
         made for this relay)."""
@@ -777,7 +808,8 @@ def start_relays(
     node's cores, 8), none below 4 cores; 0: the relay moves bytes itself). Relays and directory are detached and
     restartable (they survive
     the caller; see the module docstring) unless ``detached=False``. Idempotent: existing
-    named relays are returned as they are (their options are not changed). Synchronous
+    named relays are returned with their options unchanged except the budget, which every
+    call sets (evicting to fit; a restarted relay keeps it). Synchronous
     driver-side helper (the serving app's builder or a test).
     """
     network = {**(network or {}), **({"security": security} if security is not None else {})}
@@ -804,4 +836,10 @@ def start_relays(
             data_planes=data_planes,
         )
     ray.get([h.start.remote() for h in handles.values()], timeout=timeout_s)
+    # a relay found running keeps its other options, but takes the budget asked for now
+    olds = ray.get([h.set_budget.remote(budget_bytes) for h in handles.values()], timeout=timeout_s)
+    for node_id, old in zip(handles, olds, strict=True):
+        if old != budget_bytes:
+            log.info("relay on node %s: cache budget %d -> %d MiB", node_id[:8], old >> 20,
+                     budget_bytes >> 20)  # fmt: skip
     return handles

@@ -198,6 +198,26 @@ class RelayCache:
         self._open_bytes = 0
         self._expired: list[GroupKey] = []
 
+    def set_budget(self, budget_bytes: int) -> list[GroupKey]:
+        """Change the byte budget; returns the sealed groups evicted (LRU order, the latest
+        groups of live tracks last) to fit a smaller one. Raises :class:`CacheFull` and changes
+        nothing when open groups alone hold more than ``budget_bytes``."""
+        if budget_bytes <= 0:
+            raise ValueError(f"budget_bytes must be positive, not {budget_bytes}")
+        if self._open_bytes > budget_bytes:
+            raise CacheFull(
+                f"cannot shrink the budget to {budget_bytes} bytes: open groups hold "
+                f"{self._open_bytes}; retry when they are sealed"
+            )
+        evicted: list[GroupKey] = []
+        for lru in (self._lru, self._lru_latest):
+            while lru and self.bytes_cached > budget_bytes:
+                key = next(iter(lru))
+                self._drop(key)
+                evicted.append(key)
+        self.budget_bytes = budget_bytes
+        return evicted
+
     # ---- writing -------------------------------------------------------------------------
 
     def put_object(

@@ -282,6 +282,13 @@ class Relay(PullMixin):
         self.delivered_bytes += sum(o.size for _, o in objs)
         return objs
 
+    def set_budget(self, budget_bytes: int) -> int:
+        """Resize the cache (evicting LRU groups to fit, the directory told); returns the old
+        budget. :class:`~.cache.CacheFull` when open groups alone are larger."""
+        old = self.cache.budget_bytes
+        self._evicted(self.cache.set_budget(budget_bytes))
+        return old
+
     def stats(self) -> dict[str, int]:
         """Counters: cache hits/misses/bytes/evictions, upstream and delivered bytes, pulls."""
         c = self.cache.counters

@@ -109,6 +109,23 @@ def test_open_groups_count_against_the_budget_and_refuse_what_cannot_fit() -> No
     assert c.bytes_cached == 200 and c.cached_groups(NS, TR) == [1, 2]
 
 
+def test_a_smaller_budget_evicts_lru_groups_to_fit_and_refuses_below_the_open_bytes() -> None:
+    c = RelayCache(budget_bytes=1000)
+    for g in range(4):
+        c.put_group(NS, TR, g, objs(1, 100), now=0)
+    c.get_group(NS, TR, 0, now=0)  # 0 is now more recent than 1 and 2
+    assert c.set_budget(250) == [(NS, TR, 1), (NS, TR, 2)]  # 3, the live latest, goes last
+    assert (c.budget_bytes, c.bytes_cached, c.cached_groups(NS, TR)) == (250, 200, [0, 3])
+    assert c.set_budget(100) == [(NS, TR, 0)]
+    assert c.set_budget(400) == [] and c.bytes_cached == 100  # growing evicts nothing
+    c.put_object(NS, b"open", 0, CachedObject(object_id=0, payload=b"o" * 80), now=0)
+    with pytest.raises(CacheFull):  # the open group alone is larger: nothing changes
+        c.set_budget(50)
+    assert (c.budget_bytes, c.bytes_cached) == (400, 180)
+    with pytest.raises(ValueError):
+        c.set_budget(0)
+
+
 def test_thousands_of_short_tracks_never_exceed_the_budget_and_leave_no_state() -> None:
     budget = 10_000
     c = RelayCache(budget_bytes=budget)

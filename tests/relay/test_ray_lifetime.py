@@ -1,6 +1,7 @@
 """Relay and directory lifetime on the shared cluster: they outlive the process that created
 them, come back after ``ray.kill(..., no_restart=False)``, and the directory is rebuilt from
-the relays when it restarts empty. ``start_relays`` is idempotent."""
+the relays when it restarts empty. ``start_relays`` is idempotent but for the budget, which it
+sets (and a restarted relay keeps)."""
 
 from __future__ import annotations
 
@@ -91,6 +92,20 @@ def test_relays_and_directory_survive_their_creator_restarts_and_rebuild(
         ray.get(relay.publish_group.remote(NS, "t", 0, [b"b" * 1000], chunk_hash=b"life0"))
         ray.get(relay.flush_directory.remote(), timeout=30)
         assert _hash_nodes(directory, b"life0") == [node]
+
+        # start_relays with another budget resizes the running relay (evicting what no longer
+        # fits, the directory told), and the relay keeps that budget when it restarts
+        start_relays(node_ids=[node], name_prefix=PREFIX, namespace=RAY_NS, budget_bytes=500)
+        ray.get(relay.flush_directory.remote(), timeout=30)
+        st = ray.get(relay.stats.remote(), timeout=30)
+        assert (st["budget_bytes"], st["bytes_cached"]) == (500, 0), st
+        assert _hash_nodes(directory, b"life0") == []
+        second = ray.get(relay.get_incarnation.remote(), timeout=30)
+        ray.kill(relay, no_restart=False)
+        _wait_for(
+            lambda: ray.get(relay.get_incarnation.remote(), timeout=30) != second, "relay restart"
+        )
+        assert ray.get(relay.stats.remote(), timeout=30)["budget_bytes"] == 500
     finally:
         for h in (relay, directory):
             if h is not None:

@@ -258,6 +258,7 @@ def test_a_short_soak_keeps_every_relay_in_budget_and_total_memory_flat_after_wa
     g = res["growth"]
     assert res["lost"] == 0 and res["error"] == 0, json.dumps(res)
     assert g["samples"] >= 10 and g["processes"] >= 5, json.dumps(g)
+    assert g["relay_budgets_mb"] == [64], json.dumps(g)  # the app's, even on relays it found
     assert g["relay_over_budget_samples"] == 0, json.dumps(g)
     assert g["rss_total_growth"] < 0.10, json.dumps(g)
     assert g["store_growth"] is None or g["store_growth"] < 0.10, json.dumps(g)
