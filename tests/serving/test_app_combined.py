@@ -33,6 +33,8 @@ def app(serve_http: str) -> Iterator[str]:
         server={"num_replicas": 2, "num_cpus": 1, "resources": {"engine_slot": 1}},
         relay_datagram_size=9000,
         relay_budget_mb=64,  # small enough to fill early: the soak then checks a full cache
+        # 40 in flight + 8 queued at the ingress: the overload test goes past it, the others not
+        ingress={"num_cpus": 0.25, "max_ongoing_requests": 40, "max_queued_requests": 8},
         kv_timeout_s=30.0,
     )
     with deployed(serve_http, "combined", args) as base:
@@ -282,3 +284,91 @@ def test_responses_and_headers_name_no_ray_node_and_no_kv_location(app: str) -> 
     assert not [s for s in secrets if s in text]
     assert "kv_transfer_params" not in text or '"kv_transfer_params":null' in text.replace(" ", "")
     assert "127.0.0.2" not in text and "127.0.0.3" not in text
+
+
+def test_a_burst_past_the_ingress_queue_is_refused_with_503_and_nothing_is_lost(app: str) -> None:
+    """96 streaming clients at once against an ingress that admits 40 ongoing + 8 queued
+    requests: the excess is refused with 503 (a bounded queue, not an unbounded wait), and every
+    admitted request is answered — none lost, none errored."""
+    import asyncio
+
+    from ray_kvmoq.bench.load import Workload, drive, summarize
+
+    wl = Workload(model=MODEL, max_tokens=64, disconnect=0.0, prefix_words=100,
+                  request_timeout_s=240)  # fmt: skip
+    outcomes = asyncio.run(drive(app, wl, clients=96, duration_s=2.0, seed=7))
+    s = summarize(outcomes, 2.0)
+    assert s["lost"] == 0 and s["error"] == 0, json.dumps(s)
+    assert s["refused"] >= 1 and set(s["statuses"]) == {"200", "503"}, json.dumps(s)
+    assert s["answered"] >= 40, json.dumps(s)  # the admitted ones all finished
+    refused = [o for o in outcomes if o.kind == "refused"]
+    assert all(o.detail for o in refused), refused[:3]  # each refusal says why
+
+
+def _replicas(app_name: str) -> dict[str, str]:
+    """Node id → actor name of the app's live ``KVLLMServer`` replicas."""
+    from ray.util.state import list_actors
+
+    return {
+        a.node_id: a.name
+        for a in list_actors(filters=[("state", "=", "ALIVE")], limit=1000)
+        if a.name.startswith(f"SERVE_REPLICA::{app_name}#") and "LLMServer" in a.name
+    }
+
+
+def test_a_killed_replica_leaves_relays_and_directory_up_and_reuse_resumes_within_30s(
+    app: str,
+) -> None:
+    """A prefix computed on one replica; that replica is killed. The relays and the directory
+    are not its children (detached, started by the app builder): the same incarnations stay up,
+    and within 30 s a request with the prefix is answered from the surviving replica with its
+    prefix reused (``cached_tokens``), pulled from the dead replica's node relay. Last in the
+    module (file order): Serve's replacement replica starts a new engine in the background."""
+    import time
+
+    import ray
+    from ray.util.state import get_actor
+
+    from ray_kvmoq.relay.actor import DIRECTORY_NAME
+
+    c = _client(app)
+    system, salt = _system(400), uuid.uuid4().hex
+    ask = lambda q: c.chat.completions.create(  # noqa: E731
+        model=MODEL,
+        messages=[{"role": "system", "content": system}, {"role": "user", "content": q}],
+        temperature=0,
+        max_tokens=8,
+        extra_body={"cache_salt": salt},
+    )
+    _, before = _board()
+    ask("Who is Mr. Bingley?")
+    time.sleep(1.0)
+    _, after = _board()
+    home = max(after, key=lambda n: after[n]["bytes_in"] - before.get(n, {}).get("bytes_in", 0))
+    assert after[home]["bytes_in"] > before.get(home, {}).get("bytes_in", 0), "no KV published"
+    replicas = _replicas("combined")
+    assert home in replicas and len(replicas) == 2, (home[:8], replicas)
+
+    from ray_kvmoq.relay.actor import relay_name
+
+    keep = [ray.get_actor(relay_name(n), namespace="kvmoq") for n in after]
+    keep.append(ray.get_actor(DIRECTORY_NAME, namespace="kvmoq"))
+    incarnations = ray.get([keep[i].get_incarnation.remote() for i in range(len(after))])
+    epoch = ray.get(keep[-1].epoch.remote())
+
+    victim = ray.get_actor(replicas[home], namespace="serve")
+    ray.kill(victim, no_restart=True)
+    killed_at = time.monotonic()
+    deadline, hits, errors = killed_at + 30, [], []
+    while time.monotonic() < deadline and not hits:
+        try:
+            r = ask(f"Question {len(errors)}: what does Mrs. Bennet want?")
+            if (r.usage.prompt_tokens_details.cached_tokens or 0) >= 256:
+                hits.append(time.monotonic() - killed_at)
+        except Exception as exc:  # an explicit error while Serve notices the death is allowed
+            errors.append(repr(exc)[:200])
+            time.sleep(1.0)
+    assert hits, f"no prefix reuse within 30 s of the kill; errors: {errors}"
+    assert get_actor(victim._actor_id.hex()).state == "DEAD"
+    assert ray.get([keep[i].get_incarnation.remote() for i in range(len(after))]) == incarnations
+    assert ray.get(keep[-1].epoch.remote()) == epoch
