@@ -25,6 +25,7 @@ load remote groups even where the measured pull is slower than recompute (``{"kv
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -88,6 +89,8 @@ class MoqtKVConnector(KVConnectorBase_V1):
         self.bridge = RelayBridge(self.conf)
         self._engine_id = str(ktc.engine_id or id(self))
         self._reported_at = 0.0
+        self._sent: dict[str, int] = {}
+        self._late_report: threading.Timer | None = None
         self._sched: SchedulerSide | None = None
         self._worker: WorkerSide | None = None
         if role == KVConnectorRole.SCHEDULER:
@@ -165,15 +168,33 @@ class MoqtKVConnector(KVConnectorBase_V1):
         side = self._worker or self._sched
         if side is None:
             return None
-        now = time.monotonic()
-        if now - self._reported_at >= _COUNTERS_PERIOD_S:
-            self._reported_at = now
-            role = "worker" if self._worker is not None else "scheduler"
-            self.bridge.report_counters(f"{self._engine_id}:{role}", side.counters.totals())
+        self._report_counters()
         counts = side.counters.take()
         return MoqtConnectorStats(data=counts) if any(counts.values()) else None
 
+    def _report_counters(self) -> None:
+        """Send the cumulative counters to the board at most every ``_COUNTERS_PERIOD_S``;
+        changes not sent yet go out by a timer, since an engine that falls idle makes no more
+        steps (the last aborts of a burst would otherwise never reach the board)."""
+        side = self._worker or self._sched
+        if side is None:
+            return
+        totals = side.counters.totals()
+        if totals == self._sent:
+            return
+        wait = self._reported_at + _COUNTERS_PERIOD_S - time.monotonic()
+        if wait <= 0:
+            self._reported_at, self._sent = time.monotonic(), totals
+            role = "worker" if self._worker is not None else "scheduler"
+            self.bridge.report_counters(f"{self._engine_id}:{role}", totals)
+        elif self._late_report is None or not self._late_report.is_alive():
+            self._late_report = threading.Timer(wait + 0.01, self._report_counters)
+            self._late_report.daemon = True
+            self._late_report.start()
+
     def shutdown(self) -> None:
+        if self._late_report is not None:
+            self._late_report.cancel()
         if self._worker is not None:
             self._worker.shutdown()
 
@@ -207,7 +228,9 @@ class MoqtKVConnector(KVConnectorBase_V1):
     def request_finished(
         self, request: Request, block_ids: list[int]
     ) -> tuple[bool, dict[str, Any] | None]:
-        return self.scheduler.request_finished(request)
+        out = self.scheduler.request_finished(request)
+        self._report_counters()  # an abort may be the engine's last event for a while
+        return out
 
     # ==============================
     # Stats
