@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import random
 import statistics
@@ -150,6 +151,7 @@ async def drive(
 
     from ray_kvmoq.bench.quality import load_text
 
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not one log line per request
     text = load_text().split()
     out: list[Outcome] = []
     end = time.monotonic() + duration_s
