@@ -665,12 +665,25 @@ class RelayActor:
         await self._dclient.register_node(self._info(), fresh=True)
         return await relay.announce_all()
 
-    async def set_budget(self, budget_bytes: int) -> int:
+    async def set_budget(self, budget_bytes: int, *, wait_s: float = 10.0) -> int:
         """Resize this relay's cache to ``budget_bytes`` (evicting LRU groups to fit); returns
-        the old budget. The new one is kept in the GCS, so a restarted relay keeps it too."""
+        the old budget. The new one is kept in the GCS, so a restarted relay keeps it too.
+        Groups still being written cannot be evicted: a budget smaller than they are waits up
+        to ``wait_s`` for them to complete, then raises :class:`~.cache.CacheFull`."""
         from ray.experimental import internal_kv
 
-        old = (await self._ready()).set_budget(budget_bytes)
+        from .cache import CacheFull
+
+        relay = await self._ready()
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                old = relay.set_budget(budget_bytes)
+                break
+            except CacheFull:
+                if time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(0.2)
         self.budget_bytes = budget_bytes
         key = _budget_key()
         if key is not None:
