@@ -46,7 +46,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ray_kvmoq.moqt.api import Group, MoqtObject
 
-from .cache import GroupKey, GroupStore, RelayCache
+from .cache import CacheFull, GroupKey, GroupStore, RelayCache
 from .directory import Directory, Location, NodeInfo
 from .events import INTERNAL_ERROR, TIMEOUT, TRACK_DOES_NOT_EXIST, Upstream
 from .relay import GroupEnded, Relay, RelayError, TrackEnded, as_namespace, as_track
@@ -671,8 +671,6 @@ class RelayActor:
         Groups still being written cannot be evicted: a budget smaller than they are waits up
         to ``wait_s`` for them to complete, then raises :class:`~.cache.CacheFull`."""
         from ray.experimental import internal_kv
-
-        from .cache import CacheFull
 
         relay = await self._ready()
         deadline = time.monotonic() + wait_s
