@@ -119,7 +119,9 @@ def figures_board(namespace: str = "kvmoq") -> Any:
     """The ``kvmoq_figures`` actor (created, detached and restartable, if absent)."""
     import ray
 
-    actor_cls: Any = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)(FiguresBoard)
+    actor_cls: Any = ray.remote(
+        num_cpus=0, max_restarts=-1, max_task_retries=-1, enable_task_events=False
+    )(FiguresBoard)
     return actor_cls.options(
         name=FIGURES_NAME, namespace=namespace, get_if_exists=True, lifetime="detached"
     ).remote()
