@@ -304,6 +304,10 @@ def growth(samples: list[dict[str, Any]], warmup_s: float, window: int = 3) -> d
         "rss_total_growth": round(tot1 / max(1.0, tot0) - 1, 4),
         "rss_worst_process": worst,
         "rss_worst_growth": round(per[worst], 4) if worst else None,
+        "rss_top_growth": [  # the five that grew most: label, MiB after warm-up, at the end
+            [k, round(med(head, rss_of(k)) / 2**20, 1), round(med(tail, rss_of(k)) / 2**20, 1)]
+            for k in sorted(per, key=lambda k: -per[k])[:5]
+        ],
         "store_mb": [round(st0 / 2**20, 1), round(st1 / 2**20, 1)],
         "store_growth": round(st1 / st0 - 1, 4) if st0 else None,
         "relay_max_cached_mb": round(
