@@ -74,7 +74,10 @@ class MoqtConnection:
         self._protocol = protocol
         self._loop = asyncio.get_running_loop()
         self._session = MoqtSession(
-            protocol.quic, is_client=is_client, config=session_config or SessionConfig()
+            protocol.quic,
+            is_client=is_client,
+            config=session_config or SessionConfig(),
+            alpn=protocol.alpn,  # a client connects first; a server's session reads it later
         )
         self.is_client = is_client
         self.handler = handler or SessionHandler()

@@ -1,5 +1,10 @@
 """Data plane of a MoQT session: subgroup streams, fetch streams, object datagrams (d14 §10).
 
+Both drafts: a session speaks the version it negotiated; draft-16 subgroup and fetch streams
+and datagrams (d16 §10) go through :mod:`.codec.streams16` and the draft-16 datagram codec, and
+extension headers are re-encoded per session (draft-16 delta-encodes their types), never copied
+as raw blocks between sessions.
+
 Sending: ``open_subgroup`` writes a SUBGROUP_HEADER on a new unidirectional stream and returns
 its id; ``write_object``/``write_objects`` append objects (one ``send_stream_data`` per call,
 so a batch of objects costs one transport call); ``end_subgroup`` sends the FIN. Fetch streams
@@ -45,7 +50,14 @@ from .codec.streams import (
     encode_subgroup_object,
     encode_subgroup_object_header,
 )
-from .codec.types import ObjectStatus, StreamResetCode
+from .codec.streams16 import (
+    FetchObjectWriter16,
+    FetchRangeEnded,
+    StreamParser16,
+    encode_subgroup_header_16,
+    encode_subgroup_object_header_16,
+)
+from .codec.types import DRAFT_14, ObjectStatus, StreamResetCode
 from .codec.wire import KeyValuePairs
 from .events import (
     DataStreamReset,
@@ -82,7 +94,7 @@ copy (a 4 MiB object was copied twice before reaching it)."""
 class _RecvStream:
     """A peer unidirectional stream being parsed."""
 
-    parser: DataStreamParser
+    parser: DataStreamParser | StreamParser16
     request_id: int | None = None
     header: SubgroupHeaderParsed | None = None
     is_fetch: bool = False
@@ -100,6 +112,8 @@ class _SendStream:
     is_fetch: bool
     with_ext: bool = False
     last_object_id: int | None = None
+    fetch16: FetchObjectWriter16 | None = None
+    """Draft-16 fetch streams: the writer that compacts each object against the previous."""
 
 
 class DataStreams:
@@ -137,7 +151,12 @@ class DataStreams:
             raise LocalProtocolError(f"no subscription with request id {request_id}")
         if rec.track_alias is None:
             raise LocalProtocolError(f"subscription {request_id} has no track alias yet")
-        header = encode_subgroup_header(
+        encode = (
+            encode_subgroup_header
+            if self._flow.version == DRAFT_14
+            else (encode_subgroup_header_16)
+        )
+        header = encode(
             track_alias=rec.track_alias,
             group=group,
             subgroup=subgroup,
@@ -169,6 +188,18 @@ class DataStreams:
         """Append one object to a subgroup stream (``end_stream``: FIN right after it)."""
         st = self._writable(stream_id, fetch=False)
         if st is None:
+            return
+        if self._flow.version != DRAFT_14:
+            header = encode_subgroup_object_header_16(
+                previous_id=st.last_object_id,
+                object_id=object_id,
+                payload_len=len(payload),
+                status=status,
+                extensions=extensions,
+                with_extensions=st.with_ext,
+            )
+            st.last_object_id = object_id
+            self._write_object(stream_id, st, header, payload, end_stream)
             return
         if len(payload) > _INLINE_PAYLOAD_MAX:
             header = encode_subgroup_object_header(
@@ -205,11 +236,22 @@ class DataStreams:
             return
         buf = bytearray()
         last = st.last_object_id
+        d14 = self._flow.version == DRAFT_14
         for item in objects:
             extensions: KeyValuePairs = item[2] if len(item) == 3 else ()
-            encode_subgroup_object(
-                last, item[0], item[1], extensions=extensions, with_ext=st.with_ext, out=buf
-            )
+            if d14:
+                encode_subgroup_object(
+                    last, item[0], item[1], extensions=extensions, with_ext=st.with_ext, out=buf
+                )
+            else:
+                buf += encode_subgroup_object_header_16(
+                    previous_id=last,
+                    object_id=item[0],
+                    payload_len=len(item[1]),
+                    extensions=extensions,
+                    with_extensions=st.with_ext,
+                )
+                buf += item[1]
             last = item[0]
         st.last_object_id = last
         self._write(stream_id, st, buf, end_stream)
@@ -242,7 +284,10 @@ class DataStreams:
         stream_id = self._flow.quic.get_next_available_stream_id(is_unidirectional=True)
         self._flow.quic.send_stream_data(stream_id, header)
         rec.stream_id = stream_id
-        self._send_streams[stream_id] = _SendStream(request_id=request_id, is_fetch=True)
+        st = _SendStream(request_id=request_id, is_fetch=True)
+        if self._flow.version != DRAFT_14:
+            st.fetch16 = FetchObjectWriter16()
+        self._send_streams[stream_id] = st
         return stream_id
 
     def write_fetch_object(
@@ -261,6 +306,12 @@ class DataStreams:
         """Append one object to a fetch stream (objects in group order, ascending ids)."""
         st = self._writable(stream_id, fetch=True)
         if st is None:
+            return
+        if st.fetch16 is not None:
+            header = self._fetch_header_16(
+                st.fetch16, group, subgroup, object_id, priority, len(payload), extensions, status
+            )
+            self._write_object(stream_id, st, header, payload, end_stream)
             return
         if len(payload) > _INLINE_PAYLOAD_MAX:
             header = encode_fetch_object_header(
@@ -301,6 +352,21 @@ class DataStreams:
         if st is None:
             return
         buf = bytearray()
+        if st.fetch16 is not None:
+            for item in objects:
+                buf += self._fetch_header_16(
+                    st.fetch16,
+                    item[0],
+                    item[1],
+                    item[2],
+                    priority,
+                    len(item[3]),
+                    item[4] if len(item) == 5 else (),
+                    ObjectStatus.NORMAL,
+                )
+                buf += item[3]
+            self._write(stream_id, st, buf, end_stream)
+            return
         for item in objects:
             encode_fetch_object(
                 group=item[0],
@@ -312,6 +378,28 @@ class DataStreams:
                 out=buf,
             )
         self._write(stream_id, st, buf, end_stream)
+
+    @staticmethod
+    def _fetch_header_16(
+        writer: FetchObjectWriter16,
+        group: int,
+        subgroup: int,
+        object_id: int,
+        priority: int,
+        payload_len: int,
+        extensions: KeyValuePairs,
+        status: ObjectStatus,
+    ) -> bytes:
+        if status is not ObjectStatus.NORMAL:
+            raise LocalProtocolError(f"a draft-16 fetch object has no status ({status.name})")
+        return writer.object_header(
+            group=group,
+            subgroup=subgroup,
+            object_id=object_id,
+            publisher_priority=priority,
+            payload_len=payload_len,
+            extensions=extensions,
+        )
 
     def end_fetch_stream(self, stream_id: int) -> None:
         """End a fetch stream cleanly (FIN): every object of the range was sent."""
@@ -347,7 +435,8 @@ class DataStreams:
                 status=status,
                 payload=payload,
                 end_of_group=end_of_group,
-            )
+            ),
+            version=self._flow.version,
         )
         rec.machine.apply(PublisherSubInput.SEND_OBJECT)
         self._flow.machine.apply(SessionInput.SEND_DATA)
@@ -366,6 +455,22 @@ class DataStreams:
             raise LocalProtocolError(f"stream {stream_id} is a {kind} stream")
         self._flow.machine.apply(SessionInput.SEND_DATA)
         return st
+
+    def _write_object(
+        self,
+        stream_id: int,
+        st: _SendStream,
+        header: bytes,
+        payload: bytes | memoryview,
+        fin: bool,
+    ) -> None:
+        """Write an object's header and payload: one write for a small payload, two for a
+        large one (its only copy is then aioquic's send buffer)."""
+        if len(payload) > _INLINE_PAYLOAD_MAX:
+            self._flow.quic.send_stream_data(stream_id, header)
+            self._write(stream_id, st, payload, fin)
+        else:
+            self._write(stream_id, st, header + payload, fin)
 
     def _write(
         self, stream_id: int, st: _SendStream, data: bytes | bytearray | memoryview, fin: bool
@@ -423,11 +528,13 @@ class DataStreams:
     def on_data_stream(self, stream_id: int, data: bytes, fin: bool, out: list[MoqtEvent]) -> None:
         st = self._recv.get(stream_id)
         if st is None:
-            st = _RecvStream(
-                parser=DataStreamParser(
-                    version=self._flow.version, max_object_size=self._flow.config.max_object_size
-                )
-            )
+            limit = self._flow.config.max_object_size
+            parser: DataStreamParser | StreamParser16
+            if self._flow.version == DRAFT_14:
+                parser = DataStreamParser(version=self._flow.version, max_object_size=limit)
+            else:
+                parser = StreamParser16(max_object_size=limit)
+            st = _RecvStream(parser=parser)
             self._recv[stream_id] = st
         if st.ignore:
             if fin:
@@ -448,7 +555,11 @@ class DataStreams:
         elif fin:
             self._recv.pop(stream_id, None)
 
-    def _route(self, stream_id: int, st: _RecvStream, ev: DataEvent, out: list[MoqtEvent]) -> None:
+    def _route(
+        self, stream_id: int, st: _RecvStream, ev: DataEvent | FetchRangeEnded, out: list[MoqtEvent]
+    ) -> None:
+        if isinstance(ev, FetchRangeEnded):
+            return  # d16: objects the fetch range does not have; nothing to deliver
         if st.parked is not None:
             st.parked.append(ev)
         elif isinstance(ev, ObjectParsed):

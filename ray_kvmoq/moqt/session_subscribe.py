@@ -34,15 +34,15 @@ from .codec import (
     PublishDone,
     PublishError,
     PublishOk,
+    RequestUpdate,
     Subscribe,
     SubscribeError,
     SubscribeOk,
     SubscribeUpdate,
     Unsubscribe,
 )
-from .codec.control import encode_control
 from .codec.errors import DuplicateTrackAlias, LocalProtocolError, ProtocolViolation
-from .codec.types import FilterType, GroupOrder, PublishDoneCode
+from .codec.types import DRAFT_14, FilterType, GroupOrder, PublishDoneCode, SubscribeErrorCode
 from .events import (
     MoqtEvent,
     PublishAccepted,
@@ -110,9 +110,12 @@ class Subscriptions:
         Publish: "on_publish",
         PublishOk: "on_publish_ok",
         PublishError: "on_publish_error",
+        RequestUpdate: "on_request_update",
     }
     """Handler method of each control message this role receives."""
-    REQUESTS: ClassVar[frozenset[type]] = frozenset((Subscribe, SubscribeUpdate, Publish))
+    REQUESTS: ClassVar[frozenset[type]] = frozenset(
+        (Subscribe, SubscribeUpdate, Publish, RequestUpdate)
+    )
     """Messages that open a request (their handlers validate the request id, d14 §9.1)."""
 
     def __init__(self, flow: RequestFlow) -> None:
@@ -191,6 +194,8 @@ class Subscriptions:
         rec = self.subs_out.get(request_id)
         if rec is None:
             raise LocalProtocolError(f"no subscription with request id {request_id}")
+        if self._flow.version != DRAFT_14:
+            raise LocalProtocolError("REQUEST_UPDATE (draft-16) is not supported yet")
         if not rec.machine.allows(SubscriberSubInput.SEND_UPDATE):
             rec.machine.apply(SubscriberSubInput.SEND_UPDATE)  # raises with the state name
         _check_narrowing(rec.start, rec.end_group, start, end_group, LocalProtocolError)
@@ -243,7 +248,7 @@ class Subscriptions:
             end_group=end_group,
             parameters=parameters if parameters is not None else _NO_PARAMS,
         )
-        data = encode_control(msg)
+        data = self._flow.encode(msg)
         rec.machine.apply(SubscriberSubInput.SEND_PUBLISH_OK)
         rec.filter_type, rec.end_group = filter_type, end_group
         rec.start = start if filter_type.has_start else rec.start
@@ -252,7 +257,7 @@ class Subscriptions:
     def publish_error(self, request_id: int, error_code: int, reason: str = "") -> None:
         """Refuse the peer's PUBLISH (PUBLISH_ERROR)."""
         rec = self._subscriber(request_id)
-        data = encode_control(
+        data = self._flow.encode(
             PublishError(request_id=request_id, error_code=error_code, reason=reason)
         )
         rec.machine.apply(SubscriberSubInput.SEND_PUBLISH_ERROR)
@@ -287,7 +292,7 @@ class Subscriptions:
             largest=largest,
             parameters=parameters if parameters is not None else _NO_PARAMS,
         )
-        data = encode_control(msg)
+        data = self._flow.encode(msg)
         rec.machine.apply(PublisherSubInput.SEND_SUBSCRIBE_OK)
         rec.track_alias, rec.largest, rec.accepted = alias, largest, True
         rec.start = resolve_start(rec.filter_type, rec.start, largest)
@@ -298,7 +303,7 @@ class Subscriptions:
     def reject_subscribe(self, request_id: int, error_code: int, reason: str = "") -> None:
         """Answer the peer's SUBSCRIBE with SUBSCRIBE_ERROR."""
         rec = self._publisher(request_id)
-        data = encode_control(
+        data = self._flow.encode(
             SubscribeError(request_id=request_id, error_code=error_code, reason=reason)
         )
         rec.machine.apply(PublisherSubInput.SEND_SUBSCRIBE_ERROR)
@@ -363,7 +368,7 @@ class Subscriptions:
         rec = self._publisher(request_id)
         unanswered = rec.machine.state is PublisherSubState.OFFERED
         count = rec.streams_opened if stream_count is None else stream_count
-        data = encode_control(
+        data = self._flow.encode(
             PublishDone(
                 request_id=request_id, status_code=status_code, stream_count=count, reason=reason
             )
@@ -375,6 +380,15 @@ class Subscriptions:
             self._flow.abandon(request_id)  # a PUBLISH_OK/ERROR may cross our PUBLISH_DONE
 
     # ------------------------------------------------------------ helpers
+
+    def answers(self, rid: int) -> tuple[type, type | None] | None:
+        """Draft-16 answer routing: the (error, OK) answer classes of *our* request ``rid``
+        if this role owns it (SUBSCRIBE and PUBLISH have no REQUEST_OK)."""
+        if rid in self.subs_out:
+            return SubscribeError, None
+        if rid in self.subs_in:
+            return PublishError, None
+        return None
 
     def _subscriber(self, request_id: int) -> SubscriberRecord:
         rec = self.subs_out.get(request_id)
@@ -541,6 +555,23 @@ class Subscriptions:
                 parameters=msg.parameters,
             )
         )
+
+    def on_request_update(self, msg: RequestUpdate, out: list[MoqtEvent]) -> None:
+        """Draft-16 REQUEST_UPDATE: refused with REQUEST_ERROR NOT_SUPPORTED (d16 §9.11 lets
+        the receiver refuse; the request it names is left as it was)."""
+        self._flow.accept_peer_request_id(msg.request_id)
+        if not self._flow.issued(msg.existing_request_id):
+            raise ProtocolViolation(
+                f"REQUEST_UPDATE names request id {msg.existing_request_id}, which never existed"
+            )
+        self._flow.send_control(
+            SubscribeError(
+                request_id=msg.request_id,
+                error_code=SubscribeErrorCode.NOT_SUPPORTED,
+                reason="REQUEST_UPDATE not supported",
+            )
+        )
+        self._flow.peer_request_done(msg.request_id)
 
     def on_unsubscribe(self, msg: Unsubscribe, out: list[MoqtEvent]) -> None:
         rec = self.subs_in.get(msg.request_id)

@@ -163,6 +163,7 @@ CODEC = [
     "encode_subgroup_object",
     "encode_subgroup_object_16",
     "encode_subgroup_object_header",
+    "encode_subgroup_object_header_16",
     "encode_varint",
     "read_control_frame",
 ]
@@ -290,6 +291,7 @@ FAMILIES: dict[str, list[str]] = {
         "StreamParser16",
         "encode_subgroup_header_16",
         "encode_subgroup_object_16",
+        "encode_subgroup_object_header_16",
     ],
     "datagrams": [
         "ObjectDatagram",

@@ -50,6 +50,7 @@ __all__ = [
     "StreamParser16",
     "encode_subgroup_header_16",
     "encode_subgroup_object_16",
+    "encode_subgroup_object_header_16",
 ]
 
 _DEFAULT_PRIORITY = 0x20
@@ -121,13 +122,35 @@ def encode_subgroup_object_16(
     *,
     previous_id: int | None,
     object_id: int,
-    payload: bytes = b"",
+    payload: bytes | bytearray | memoryview = b"",
     status: ObjectStatus = ObjectStatus.NORMAL,
     extensions: KeyValuePairs = (),
     with_extensions: bool = False,
 ) -> bytes:
     """One object of a draft-16 subgroup stream (``previous_id``: the last object's ID on the
     stream, None for the first); ``with_extensions`` mirrors the header's EXTENSIONS bit."""
+    header = encode_subgroup_object_header_16(
+        previous_id=previous_id,
+        object_id=object_id,
+        payload_len=len(payload),
+        status=status,
+        extensions=extensions,
+        with_extensions=with_extensions,
+    )
+    return header + payload
+
+
+def encode_subgroup_object_header_16(
+    *,
+    previous_id: int | None,
+    object_id: int,
+    payload_len: int,
+    status: ObjectStatus = ObjectStatus.NORMAL,
+    extensions: KeyValuePairs = (),
+    with_extensions: bool = False,
+) -> bytes:
+    """The bytes of a draft-16 subgroup object that precede its payload (a large payload can
+    then go to the transport without being copied next to them)."""
     if previous_id is None:
         delta = object_id
     else:
@@ -136,17 +159,16 @@ def encode_subgroup_object_16(
             raise LocalProtocolError(f"object {object_id} does not follow {previous_id}")
     if int(status) not in _STATUSES:
         raise LocalProtocolError(f"object status {status!r} does not exist in draft-16")
-    if status is not ObjectStatus.NORMAL and (payload or extensions):
+    if status is not ObjectStatus.NORMAL and (payload_len or extensions):
         raise LocalProtocolError("a status object has no payload and no extensions")
     if extensions and not with_extensions:
         raise LocalProtocolError("extensions on a stream whose header has no EXTENSIONS bit")
     out = bytearray(encode_varint(delta))
     if with_extensions:
         out += _extensions_block(extensions)
-    out += encode_varint(len(payload))
-    if not payload:
+    out += encode_varint(payload_len)
+    if not payload_len:
         out += encode_varint(int(status))
-    out += payload
     return bytes(out)
 
 
@@ -173,10 +195,31 @@ class FetchObjectWriter16:
         subgroup: int | None,
         object_id: int,
         publisher_priority: int,
-        payload: bytes,
+        payload: bytes | bytearray | memoryview,
         extensions: KeyValuePairs = (),
     ) -> bytes:
         """One fetch object; ``subgroup=None`` marks a datagram object."""
+        header = self.object_header(
+            group=group,
+            subgroup=subgroup,
+            object_id=object_id,
+            publisher_priority=publisher_priority,
+            payload_len=len(payload),
+            extensions=extensions,
+        )
+        return header + payload
+
+    def object_header(
+        self,
+        *,
+        group: int,
+        subgroup: int | None,
+        object_id: int,
+        publisher_priority: int,
+        payload_len: int,
+        extensions: KeyValuePairs = (),
+    ) -> bytes:
+        """The bytes of one fetch object that precede its payload (see :meth:`object`)."""
         if not 0 <= publisher_priority <= 255:
             raise LocalProtocolError(f"publisher priority out of range: {publisher_priority}")
         first = self._group is None
@@ -207,7 +250,7 @@ class FetchObjectWriter16:
             fields += _extensions_block(extensions)
         self._group, self._subgroup, self._object = group, subgroup, object_id
         self._priority = publisher_priority
-        return encode_varint(flags) + bytes(fields) + encode_varint(len(payload)) + payload
+        return encode_varint(flags) + bytes(fields) + encode_varint(payload_len)
 
     def range_end(self, *, group: int, object_id: int, unknown: bool) -> bytes:
         """An End of Non-Existent / Unknown Range marker (d16 §10.4.4.2)."""
