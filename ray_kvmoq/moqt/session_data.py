@@ -308,8 +308,15 @@ class DataStreams:
         if st is None:
             return
         if st.fetch16 is not None:
+            if status is not ObjectStatus.NORMAL:
+                # d16 §10.4.4: fetch objects carry no status; a status object (End of Group,
+                # End of Track) has no wire form there, the range itself says where it ends.
+                if payload:
+                    raise LocalProtocolError("a status object has no payload")
+                self._write(stream_id, st, b"", end_stream)
+                return
             header = self._fetch_header_16(
-                st.fetch16, group, subgroup, object_id, priority, len(payload), extensions, status
+                st.fetch16, group, subgroup, object_id, priority, len(payload), extensions
             )
             self._write_object(stream_id, st, header, payload, end_stream)
             return
@@ -362,7 +369,6 @@ class DataStreams:
                     priority,
                     len(item[3]),
                     item[4] if len(item) == 5 else (),
-                    ObjectStatus.NORMAL,
                 )
                 buf += item[3]
             self._write(stream_id, st, buf, end_stream)
@@ -388,10 +394,7 @@ class DataStreams:
         priority: int,
         payload_len: int,
         extensions: KeyValuePairs,
-        status: ObjectStatus,
     ) -> bytes:
-        if status is not ObjectStatus.NORMAL:
-            raise LocalProtocolError(f"a draft-16 fetch object has no status ({status.name})")
         return writer.object_header(
             group=group,
             subgroup=subgroup,
