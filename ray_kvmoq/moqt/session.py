@@ -347,6 +347,7 @@ class MoqtSession:
     # Namespaces (session_namespaces.py)
     namespace = _delegate("_namespaces", Namespaces.namespace)
     namespace_done = _delegate("_namespaces", Namespaces.namespace_done)
+    namespace_subscriptions = _delegate("_namespaces", Namespaces.namespace_subscriptions)
     publish_namespace = _delegate("_namespaces", Namespaces.publish_namespace)
     accept_publish_namespace = _delegate("_namespaces", Namespaces.accept_publish_namespace)
     reject_publish_namespace = _delegate("_namespaces", Namespaces.reject_publish_namespace)

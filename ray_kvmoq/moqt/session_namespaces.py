@@ -453,6 +453,18 @@ class Namespaces:
         """Draft-16: withdraw a namespace reported with :meth:`namespace` (NAMESPACE_DONE)."""
         self._send_on_stream(request_id, track_namespace, done=True)
 
+    def namespace_subscriptions(self, track_namespace: tuple[bytes, ...]) -> list[int]:
+        """Draft-16: the peer's accepted SUBSCRIBE_NAMESPACE requests whose prefix covers
+        ``track_namespace`` and which were not told about it yet (see :meth:`namespace`)."""
+        return [
+            rec.request_id
+            for rec in self._subns_in.values()
+            if rec.stream_id is not None
+            and rec.machine.state is NamespaceState.ACTIVE
+            and track_namespace[: len(rec.namespace)] == rec.namespace
+            and track_namespace not in rec.reported
+        ]
+
     def _send_on_stream(self, request_id: int, namespace: tuple[bytes, ...], *, done: bool) -> None:
         rec = self._ns_rec(self._subns_in, request_id)
         if rec.stream_id is None or rec.machine.state is not NamespaceState.ACTIVE:
