@@ -51,9 +51,9 @@ from .codec.streams import (
     encode_subgroup_object_header,
 )
 from .codec.streams16 import (
+    DataStreamParser16,
     FetchObjectWriter16,
     FetchRangeEnded,
-    StreamParser16,
     encode_subgroup_header_16,
     encode_subgroup_object_header_16,
 )
@@ -94,7 +94,7 @@ copy (a 4 MiB object was copied twice before reaching it)."""
 class _RecvStream:
     """A peer unidirectional stream being parsed."""
 
-    parser: DataStreamParser | StreamParser16
+    parser: DataStreamParser | DataStreamParser16
     request_id: int | None = None
     header: SubgroupHeaderParsed | None = None
     is_fetch: bool = False
@@ -532,11 +532,11 @@ class DataStreams:
         st = self._recv.get(stream_id)
         if st is None:
             limit = self._flow.config.max_object_size
-            parser: DataStreamParser | StreamParser16
+            parser: DataStreamParser | DataStreamParser16
             if self._flow.version == DRAFT_14:
                 parser = DataStreamParser(version=self._flow.version, max_object_size=limit)
             else:
-                parser = StreamParser16(max_object_size=limit)
+                parser = DataStreamParser16(max_object_size=limit)
             st = _RecvStream(parser=parser)
             self._recv[stream_id] = st
         if st.ignore:

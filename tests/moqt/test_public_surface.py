@@ -48,6 +48,7 @@ CODEC = [
     "DataEvent",
     "DataEvent16",
     "DataStreamParser",
+    "DataStreamParser16",
     "DataStreamTimeout",
     "DataStreamType",
     "DatagramType",
@@ -286,6 +287,7 @@ FAMILIES: dict[str, list[str]] = {
     ],
     "streams16": [
         "DataEvent16",
+        "DataStreamParser16",
         "FetchObjectWriter16",
         "FetchRangeEnded",
         "StreamParser16",
