@@ -217,6 +217,8 @@ class RequestFlow:
         self.peer_limit_known = False
         self._blocked_sent_at: int | None = None
         self._peer_active: set[int] = set()
+        self._peer_gaps: set[int] = set()
+        """Draft-16: peer request ids skipped by a later request, still to arrive."""
         self._abandoned: OrderedDict[int, None] = OrderedDict()
         # Authorization token aliases the peer registered with us (d14 §9.2.1.1).
         self._token_cache: dict[int, AuthToken] = {}
@@ -289,13 +291,28 @@ class RequestFlow:
         return rid, data
 
     def accept_peer_request_id(self, rid: int) -> None:
-        """Validate the id of a new request from the peer (d14 §9.1)."""
+        """Validate the id of a new request from the peer (d14 §9.1, d16 §9.1).
+
+        Draft-16 requests travel on more than one stream (SUBSCRIBE_NAMESPACE has its own),
+        and QUIC does not order streams against each other: a request may arrive after one
+        with a higher id. So on draft-16 an id may skip ahead (the skipped ones are expected
+        later, each once) as long as it has the peer's parity and stays below our
+        MAX_REQUEST_ID; draft-14 ids must come exactly in sequence.
+        """
         self.machine.apply(SessionInput.RECV_REQUEST)
         if rid != self._peer_next_id:
-            raise InvalidRequestId(f"request id {rid}, expected {self._peer_next_id}")
+            late = rid in self._peer_gaps
+            ahead = rid > self._peer_next_id and rid % 2 == self._peer_next_id % 2
+            if self.version == DRAFT_14 or not (late or ahead):
+                raise InvalidRequestId(f"request id {rid}, expected {self._peer_next_id}")
+            if late:
+                self._peer_gaps.discard(rid)
+                self._peer_active.add(rid)
+                return
         if rid >= self.granted:
             raise TooManyRequests(f"request id {rid} not below MAX_REQUEST_ID {self.granted}")
-        self._peer_next_id += 2
+        self._peer_gaps.update(range(self._peer_next_id, rid, 2))
+        self._peer_next_id = rid + 2
         self._peer_active.add(rid)
 
     def is_ours(self, rid: int) -> bool:

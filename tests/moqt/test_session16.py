@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import tests.moqt.test_session as d14
 from ray_kvmoq.moqt.codec import (
@@ -27,6 +29,7 @@ from ray_kvmoq.moqt.codec import (
     RequestErrorMessage,
     RequestOk,
     RequestUpdate,
+    Subscribe,
     SubscribeNamespace,
 )
 from ray_kvmoq.moqt.codec.control import ControlStreamParser, encode_control
@@ -49,10 +52,11 @@ from ray_kvmoq.moqt.events import (
     SubscribeNamespaceRejected,
     SubscribeNamespaceRequested,
     SubscribeRejected,
+    SubscribeRequested,
     TrackStatusReceived,
     UnsubscribedNamespace,
 )
-from ray_kvmoq.moqt.session import MoqtSession
+from ray_kvmoq.moqt.session import MoqtSession, SessionConfig
 from tests.moqt.harness import Harness
 
 BOTH = ("moqt-16", ALPN)
@@ -390,6 +394,30 @@ def test_publish_namespace_reaches_the_peer_over_draft16() -> None:
     assert h.server.last(PublishNamespaceRequested).request_id == rid
 
 
+def test_request_overtaken_on_another_stream_is_accepted_once() -> None:
+    """d16 requests use several streams, which QUIC does not order: SUBSCRIBE_NAMESPACE 0 on
+    its stream may arrive after SUBSCRIBE 2 on the control stream; a repeat of 0 is refused."""
+    h = Harness16()
+    h.client.session._flow.next_request_id = 4  # both written by hand below
+    sub = Subscribe(request_id=2, track_namespace=NS, track_name=TRACK)
+    h.inject(h.client, 0, encode_control(sub, version=DRAFT_16))
+    subns = SubscribeNamespace(request_id=0, track_namespace_prefix=(b"kv",))
+    h.inject(h.client, 4, encode_control(subns, version=DRAFT_16))
+    assert h.server.last(SubscribeRequested).request_id == 2
+    assert h.server.last(SubscribeNamespaceRequested).request_id == 0
+    assert h.server.terminated is None
+    h.inject(h.client, 8, encode_control(subns, version=DRAFT_16))
+    assert h.close_code(h.client) == SessionError.INVALID_REQUEST_ID
+
+
+def test_draft14_request_ids_must_still_come_in_sequence() -> None:
+    h = Harness()
+    h.client.session._flow.next_request_id = 4
+    sub = Subscribe(request_id=2, track_namespace=NS, track_name=TRACK)
+    h.inject(h.client, 0, encode_control(sub))
+    assert h.close_code(h.client) == SessionError.INVALID_REQUEST_ID
+
+
 # ------------------------------------------------------------------------------ data plane
 
 
@@ -420,3 +448,20 @@ def test_kv_digest_extension_crosses_draft16_and_draft14_hops_unchanged() -> Non
     ]
     assert hops[0].client.session.version == DRAFT_16
     assert hops[1].client.session.version == DRAFT_14
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_random_api_walks_never_violate_over_draft16(data: st.DataObject) -> None:
+    h = Harness16(server_config=SessionConfig(max_request_id=30))
+    assert h.client.session.version == DRAFT_16
+    opened: dict[int, int] = {}
+    for _ in range(data.draw(st.integers(1, 25))):
+        try:
+            d14._walk_step(h, data, opened)
+        except LocalProtocolError:
+            pass  # the application asked for something the protocol forbids right now
+    h.pump()
+    h.advance(10.0)
+    assert h.client.terminated is None, h.client.terminated
+    assert h.server.terminated is None, h.server.terminated
