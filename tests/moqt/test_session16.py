@@ -38,6 +38,9 @@ from ray_kvmoq.moqt.codec.types import (
     ALPN,
     DRAFT_14,
     DRAFT_16,
+    FilterType,
+    GroupOrder,
+    MessageParameterD16,
     SessionError,
     SubscribeErrorCode,
 )
@@ -182,6 +185,65 @@ def test_draft16_subgroup_objects_of_any_size_arrive_intact(
 ) -> None:
     monkeypatch.setattr(d14, "Harness", Harness16)
     d14.test_large_payload_views_are_written_after_their_header(size)
+
+
+@pytest.mark.parametrize(
+    ("absolute", "joining_start", "start"),
+    [(False, 2, Location(1, 0)), (False, 9, Location(0, 0)), (True, 2, Location(2, 0))],
+)
+def test_draft16_joining_fetch_resolves_like_draft14(
+    absolute: bool, joining_start: int, start: Location, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(d14, "Harness", Harness16)
+    d14.test_joining_fetch(absolute, joining_start, start)
+
+
+@pytest.mark.parametrize(
+    ("filter_type", "start", "end_group"),
+    [
+        (FilterType.NEXT_GROUP_START, None, None),
+        (FilterType.LARGEST_OBJECT, None, None),
+        (FilterType.ABSOLUTE_START, Location(1, 2), None),
+        (FilterType.ABSOLUTE_RANGE, Location(1, 2), 9),
+    ],
+)
+def test_subscribe_fields_travel_as_draft16_parameters(
+    filter_type: FilterType, start: Location | None, end_group: int | None
+) -> None:
+    h = Harness16()
+    rid = h.client.session.subscribe(
+        NS,
+        TRACK,
+        filter_type=filter_type,
+        start=start,
+        end_group=end_group,
+        subscriber_priority=7,
+        group_order=GroupOrder.DESCENDING,
+        forward=False,
+    )
+    h.pump()
+    req = h.server.last(SubscribeRequested)
+    assert (req.request_id, req.filter_type, req.start, req.end_group) == (
+        rid,
+        filter_type,
+        start,
+        end_group,
+    )
+    assert (req.subscriber_priority, req.group_order, req.forward) == (
+        7,
+        GroupOrder.DESCENDING,
+        False,
+    )
+    sent = [m for m in _control_messages(h, "server") if isinstance(m, Subscribe)]
+    params = {k for k, _ in sent[0].parameters.items}
+    assert {
+        MessageParameterD16.SUBSCRIBER_PRIORITY,
+        MessageParameterD16.GROUP_ORDER,
+        MessageParameterD16.FORWARD,
+    } <= params
+    assert (MessageParameterD16.SUBSCRIPTION_FILTER in params) == (
+        filter_type is not FilterType.LARGEST_OBJECT
+    )
 
 
 # ------------------------------------------------------------------------------ answers
