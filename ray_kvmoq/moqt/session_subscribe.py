@@ -34,6 +34,7 @@ from .codec import (
     PublishDone,
     PublishError,
     PublishOk,
+    RequestOk,
     RequestUpdate,
     Subscribe,
     SubscribeError,
@@ -42,7 +43,15 @@ from .codec import (
     Unsubscribe,
 )
 from .codec.errors import DuplicateTrackAlias, LocalProtocolError, ProtocolViolation
-from .codec.types import DRAFT_14, FilterType, GroupOrder, PublishDoneCode, SubscribeErrorCode
+from .codec.subscribe import read_filter_param
+from .codec.types import (
+    DRAFT_14,
+    FilterType,
+    GroupOrder,
+    MessageParameterD16,
+    PublishDoneCode,
+    SubscribeErrorCode,
+)
 from .events import (
     MoqtEvent,
     PublishAccepted,
@@ -557,21 +566,47 @@ class Subscriptions:
         )
 
     def on_request_update(self, msg: RequestUpdate, out: list[MoqtEvent]) -> None:
-        """Draft-16 REQUEST_UPDATE: refused with REQUEST_ERROR NOT_SUPPORTED (d16 §9.11 lets
-        the receiver refuse; the request it names is left as it was)."""
+        """Draft-16 REQUEST_UPDATE (d16 §9.11). For a subscription we publish (the peer's
+        SUBSCRIBE, or our PUBLISH): the FORWARD,
+        SUBSCRIBER_PRIORITY and SUBSCRIPTION_FILTER it carries replace the current ones (it may
+        widen, unlike SUBSCRIBE_UPDATE), answered with REQUEST_OK. For any other request of
+        the peer's (FETCH, namespaces, TRACK_STATUS) we change nothing and answer REQUEST_ERROR
+        NOT_SUPPORTED; an Existing Request ID that never existed is a PROTOCOL_VIOLATION."""
         self._flow.accept_peer_request_id(msg.request_id)
-        if not self._flow.issued(msg.existing_request_id):
-            raise ProtocolViolation(
-                f"REQUEST_UPDATE names request id {msg.existing_request_id}, which never existed"
+        existing = msg.existing_request_id
+        if not self._flow.issued(existing):
+            raise ProtocolViolation(f"REQUEST_UPDATE names request id {existing}, never used")
+        rec = self.subs_in.get(existing)  # the peer's SUBSCRIBE, or our PUBLISH it accepted
+        if rec is None or not rec.machine.allows(PublisherSubInput.RECV_UPDATE):
+            self._flow.send_control(
+                SubscribeError(
+                    request_id=msg.request_id,
+                    error_code=SubscribeErrorCode.NOT_SUPPORTED,
+                    reason="REQUEST_UPDATE of this request is not supported",
+                )
             )
-        self._flow.send_control(
-            SubscribeError(
-                request_id=msg.request_id,
-                error_code=SubscribeErrorCode.NOT_SUPPORTED,
-                reason="REQUEST_UPDATE not supported",
+            self._flow.peer_request_done(msg.request_id)
+            return
+        forward, priority, filt = _update_params(msg.parameters)
+        rec.machine.apply(PublisherSubInput.RECV_UPDATE)
+        if filt is not None:
+            rec.filter_type, rec.end_group = filt[0], filt[2]
+            rec.start = resolve_start(filt[0], filt[1], rec.largest)
+        if forward is not None:
+            rec.forward = forward
+        self._flow.send_control(RequestOk(request_id=msg.request_id))
+        self._flow.peer_request_done(msg.request_id)
+        out.append(
+            SubscribeUpdated(
+                request_id=rec.request_id,
+                update_request_id=msg.request_id,
+                start=rec.start if rec.start is not None else Location(0, 0),
+                end_group=rec.end_group,
+                subscriber_priority=128 if priority is None else priority,
+                forward=rec.forward,
+                parameters=msg.parameters,
             )
         )
-        self._flow.peer_request_done(msg.request_id)
 
     def on_unsubscribe(self, msg: Unsubscribe, out: list[MoqtEvent]) -> None:
         rec = self.subs_in.get(msg.request_id)
@@ -684,6 +719,24 @@ class Subscriptions:
             machine=StateMachine(SUBSCRIPTION_PUBLISHER, state),
             **kwargs,  # type: ignore[arg-type]
         )
+
+
+def _update_params(
+    params: MessageParameters,
+) -> tuple[bool | None, int | None, tuple[FilterType, Location | None, int | None] | None]:
+    """FORWARD, SUBSCRIBER_PRIORITY and SUBSCRIPTION_FILTER of a draft-16 REQUEST_UPDATE
+    (None: absent, unchanged); a malformed one is a PROTOCOL_VIOLATION (d16 §9.11)."""
+    forward = params.get(MessageParameterD16.FORWARD)
+    priority = params.get(MessageParameterD16.SUBSCRIBER_PRIORITY)
+    raw_filter = params.get(MessageParameterD16.SUBSCRIPTION_FILTER)
+    if forward is not None and forward not in (0, 1):
+        raise ProtocolViolation(f"REQUEST_UPDATE FORWARD {forward!r} is not 0 or 1")
+    if priority is not None and (not isinstance(priority, int) or priority > 255):
+        raise ProtocolViolation(f"REQUEST_UPDATE SUBSCRIBER_PRIORITY {priority!r} out of range")
+    if raw_filter is not None and not isinstance(raw_filter, bytes):
+        raise ProtocolViolation("REQUEST_UPDATE SUBSCRIPTION_FILTER must be length-prefixed")
+    filt = None if raw_filter is None else read_filter_param(raw_filter)
+    return None if forward is None else bool(forward), priority, filt
 
 
 def _check_narrowing(

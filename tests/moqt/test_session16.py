@@ -24,6 +24,7 @@ import tests.moqt.test_session as d14
 from ray_kvmoq.moqt.codec import (
     ClientSetup,
     Location,
+    MessageParameters,
     Namespace,
     NamespaceDone,
     RequestErrorMessage,
@@ -34,6 +35,7 @@ from ray_kvmoq.moqt.codec import (
 )
 from ray_kvmoq.moqt.codec.control import ControlStreamParser, encode_control
 from ray_kvmoq.moqt.codec.errors import LocalProtocolError, MoqtError
+from ray_kvmoq.moqt.codec.subscribe import filter_bytes
 from ray_kvmoq.moqt.codec.types import (
     ALPN,
     DRAFT_14,
@@ -56,6 +58,7 @@ from ray_kvmoq.moqt.events import (
     SubscribeNamespaceRequested,
     SubscribeRejected,
     SubscribeRequested,
+    SubscribeUpdated,
     TrackStatusReceived,
     UnsubscribedNamespace,
 )
@@ -307,20 +310,69 @@ def test_request_error_crossing_our_cancel_is_dropped_quietly() -> None:
     assert h.client.terminated is None
 
 
-def test_request_update_is_refused_with_not_supported() -> None:
-    h = Harness16()
-    rid = h.client.session.subscribe(NS, TRACK)
-    h.pump()
-    h.server.session.accept_subscribe(rid)
-    h.pump()
-    update = RequestUpdate(request_id=h.client.session.next_request_id, existing_request_id=rid)
-    h.client.raw = True  # the client writes the update by hand and reads the answer raw
+def _raw_update(h: Harness, existing: int, **params: int | bytes) -> RequestUpdate:
+    """The client writes a REQUEST_UPDATE by hand (our sessions do not send one yet) and
+    reads the answer raw."""
+    items = tuple((int(getattr(MessageParameterD16, k)), v) for k, v in params.items())
+    update = RequestUpdate(
+        request_id=h.client.session.next_request_id,
+        existing_request_id=existing,
+        parameters=MessageParameters(items=items),
+    )
+    h.client.raw = True
     h.inject(h.client, 0, encode_control(update, version=DRAFT_16))
+    return update
+
+
+def test_request_update_widens_a_subscription_and_is_answered_with_request_ok() -> None:
+    h = Harness16()
+    rid = h.client.session.subscribe(
+        NS, TRACK, filter_type=FilterType.ABSOLUTE_RANGE, start=Location(1, 0), end_group=3
+    )
+    h.pump()
+    h.server.session.accept_subscribe(rid, largest=Location(2, 0))
+    h.pump()
+    wider = filter_bytes(FilterType.ABSOLUTE_RANGE, Location(0, 0), 9)
+    update = _raw_update(h, rid, FORWARD=0, SUBSCRIBER_PRIORITY=3, SUBSCRIPTION_FILTER=wider)
+    got = h.server.last(SubscribeUpdated)
+    assert (got.request_id, got.update_request_id) == (rid, update.request_id)
+    assert (got.start, got.end_group, got.forward, got.subscriber_priority) == (
+        Location(0, 0),
+        9,
+        False,
+        3,
+    )
+    assert RequestOk(request_id=update.request_id) in _control_messages(h, "client")
+    assert h.server.terminated is None
+
+
+def test_request_update_of_a_fetch_is_refused_with_not_supported() -> None:
+    h = Harness16()
+    fid = h.client.session.fetch(NS, TRACK, start=Location(0, 0), end=Location(1, 0))
+    h.pump()
+    update = _raw_update(h, fid, FORWARD=0)
     errors = [m for m in _control_messages(h, "client") if isinstance(m, RequestErrorMessage)]
     assert [(e.request_id, e.error_code) for e in errors] == [
         (update.request_id, SubscribeErrorCode.NOT_SUPPORTED)
     ]
     assert h.server.terminated is None
+
+
+@pytest.mark.parametrize(
+    ("existing", "params"),
+    [(40, {}), (0, {"FORWARD": 2}), (0, {"SUBSCRIBER_PRIORITY": 256})],
+    ids=["unknown existing id", "forward 2", "priority 256"],
+)
+def test_malformed_request_update_closes_with_protocol_violation(
+    existing: int, params: dict[str, int]
+) -> None:
+    h = Harness16()
+    rid = h.client.session.subscribe(NS, TRACK)
+    h.pump()
+    h.server.session.accept_subscribe(rid)
+    h.pump()
+    _raw_update(h, existing, **params)
+    assert h.close_code(h.client) == SessionError.PROTOCOL_VIOLATION
 
 
 # ------------------------------------------------------------------------------ namespaces
