@@ -519,6 +519,8 @@ class MoqtSession:
         it; None for a request we abandoned. A REQUEST_OK / REQUEST_ERROR names one of *our*
         requests, so any other id is a PROTOCOL_VIOLATION."""
         if self._flow.is_ours(rid):
+            if self._subs.take_update_answer(rid):
+                return None  # our REQUEST_UPDATE's answer: nothing waits for it
             for role in (self._subs, self._requests, self._namespaces):
                 found = role.answers(rid)
                 if found is not None:

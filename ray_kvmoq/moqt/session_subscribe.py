@@ -43,7 +43,7 @@ from .codec import (
     Unsubscribe,
 )
 from .codec.errors import DuplicateTrackAlias, LocalProtocolError, ProtocolViolation
-from .codec.subscribe import read_filter_param
+from .codec.subscribe import filter_bytes, read_filter_param
 from .codec.types import (
     DRAFT_14,
     FilterType,
@@ -143,6 +143,8 @@ class Subscriptions:
         self._next_alias = 0
         self.lingering: dict[int, float] = {}
         """Request id -> deadline for data streams still in flight after PUBLISH_DONE."""
+        self._updates: OrderedDict[int, None] = OrderedDict()
+        """Draft-16: our REQUEST_UPDATEs still unanswered (bounded by ``RETIRED_MAX``)."""
 
     # ------------------------------------------------------------ subscriber: commands
 
@@ -196,17 +198,24 @@ class Subscriptions:
         forward: bool = True,
         parameters: MessageParameters | None = None,
     ) -> int:
-        """Narrow subscription ``request_id`` (SUBSCRIBE_UPDATE); returns the update's new id.
+        """Change subscription ``request_id``; returns the update's new request id.
 
-        ``end_group`` is inclusive (None = open-ended). Widening raises LocalProtocolError.
+        ``end_group`` is inclusive (None = open-ended). Draft-14 (SUBSCRIBE_UPDATE, d14 §9.10)
+        only narrows: widening raises LocalProtocolError. Draft-16 (REQUEST_UPDATE, d16 §9.11)
+        may widen; the new range, priority and forward go as SUBSCRIPTION_FILTER,
+        SUBSCRIBER_PRIORITY and FORWARD parameters, and the publisher's REQUEST_OK /
+        REQUEST_ERROR is consumed by the session (a failed update also ends the subscription
+        with PUBLISH_DONE, which is reported as usual).
         """
         rec = self.subs_out.get(request_id)
         if rec is None:
             raise LocalProtocolError(f"no subscription with request id {request_id}")
-        if self._flow.version != DRAFT_14:
-            raise LocalProtocolError("REQUEST_UPDATE (draft-16) is not supported yet")
         if not rec.machine.allows(SubscriberSubInput.SEND_UPDATE):
             rec.machine.apply(SubscriberSubInput.SEND_UPDATE)  # raises with the state name
+        if self._flow.version != DRAFT_14:
+            return self._request_update(
+                rec, start, end_group, subscriber_priority, forward, parameters
+            )
         _check_narrowing(rec.start, rec.end_group, start, end_group, LocalProtocolError)
         rid = self._flow.start_request(
             lambda rid: SubscribeUpdate(
@@ -222,6 +231,40 @@ class Subscriptions:
         rec.machine.apply(SubscriberSubInput.SEND_UPDATE)
         rec.start, rec.end_group = start, end_group
         return rid
+
+    def _request_update(
+        self,
+        rec: SubscriberRecord,
+        start: Location,
+        end_group: int | None,
+        priority: int,
+        forward: bool,
+        parameters: MessageParameters | None,
+    ) -> int:
+        kind = FilterType.ABSOLUTE_START if end_group is None else FilterType.ABSOLUTE_RANGE
+        params = parameters if parameters is not None else _NO_PARAMS
+        for key, value in (
+            (MessageParameterD16.SUBSCRIPTION_FILTER, filter_bytes(kind, start, end_group)),
+            (MessageParameterD16.SUBSCRIBER_PRIORITY, priority),
+            (MessageParameterD16.FORWARD, int(forward)),
+        ):
+            params = params.with_param(key, value)  # type: ignore[assignment]
+        rid = self._flow.start_request(
+            lambda rid: RequestUpdate(
+                request_id=rid, existing_request_id=rec.request_id, parameters=params
+            )
+        )
+        rec.machine.apply(SubscriberSubInput.SEND_UPDATE)
+        rec.filter_type, rec.start, rec.end_group = kind, start, end_group
+        self._updates[rid] = None
+        while len(self._updates) > RETIRED_MAX:
+            self._updates.popitem(last=False)
+        return rid
+
+    def take_update_answer(self, rid: int) -> bool:
+        """Draft-16: True (and forgotten) if ``rid`` is one of our REQUEST_UPDATEs, whose
+        REQUEST_OK / REQUEST_ERROR needs no further handling here."""
+        return self._updates.pop(rid, False) is None
 
     def unsubscribe(self, request_id: int) -> None:
         """Send UNSUBSCRIBE for our subscription (or an accepted PUBLISH)."""

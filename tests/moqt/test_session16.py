@@ -346,6 +346,36 @@ def test_request_update_widens_a_subscription_and_is_answered_with_request_ok() 
     assert h.server.terminated is None
 
 
+def test_subscribe_update_over_draft16_sends_request_update_that_may_widen() -> None:
+    h = Harness16()
+    c = h.client.session
+    rid = c.subscribe(
+        NS, TRACK, filter_type=FilterType.ABSOLUTE_RANGE, start=Location(2, 0), end_group=4
+    )
+    h.pump()
+    h.server.session.accept_subscribe(rid)
+    h.pump()
+    upd = c.subscribe_update(rid, start=Location(0, 0), end_group=9, forward=False)
+    h.pump()
+    got = h.server.last(SubscribeUpdated)
+    assert (got.request_id, got.update_request_id, got.start, got.end_group, got.forward) == (
+        rid,
+        upd,
+        Location(0, 0),
+        9,
+        False,
+    )
+    sent = [m for m in _control_messages(h, "server") if isinstance(m, RequestUpdate)]
+    assert [(m.request_id, m.existing_request_id) for m in sent] == [(upd, rid)]
+    assert RequestOk(request_id=upd) in _control_messages(h, "client")
+    assert h.client.terminated is None and h.server.terminated is None
+    # A second update after the first was answered still routes its own answer.
+    c.subscribe_update(rid, start=Location(1, 0))
+    h.pump()
+    assert h.server.last(SubscribeUpdated).end_group is None
+    assert h.client.terminated is None and h.server.terminated is None
+
+
 def test_request_update_of_a_fetch_is_refused_with_not_supported() -> None:
     h = Harness16()
     fid = h.client.session.fetch(NS, TRACK, start=Location(0, 0), end=Location(1, 0))
