@@ -77,10 +77,13 @@ class Variant:
     """Unacknowledged bytes the publisher may have outstanding (its backpressure window)."""
     backend: str = "aioquic"
     """QUIC library (``TransportConfig.backend``); the raw-QUIC lever rows need aioquic."""
+    draft: int = 16
+    """MoQT version of the ``moqt`` rows (16: ALPN ``moqt-16``, 14: ``moq-00``)."""
 
     def transport(self, **tls: Any) -> TransportConfig:
         """The QUIC settings of this row."""
         return TransportConfig(
+            alpns=(_ALPNS[self.draft],),
             backend=self.backend,
             max_datagram_size=self.datagram,
             batch_receive=self.batch,
@@ -347,8 +350,16 @@ LEVER_ROWS: tuple[Variant, ...] = (
     Variant(name="quic +batch -pacing +wide 60000", path="quic", datagram=60000),
     Variant(name="quic +batch -pacing +wide -gso 60000", path="quic", datagram=60000, gso=False),
 )
+_ALPNS = {16: "moqt-16", 14: "moq-00"}
 MOQT_ROWS: tuple[Variant, ...] = tuple(
-    Variant(name=f"moqt {be} {dg} B datagrams", path="moqt", datagram=dg, backend=be)
+    Variant(
+        name=f"moqt{'' if d == 16 else ' d14'} {be} {dg} B datagrams",
+        path="moqt",
+        datagram=dg,
+        backend=be,
+        draft=d,
+    )
+    for d in (16, 14)
     for be in ("aioquic", "qh3")
     for dg in (1452, 9000, 60000)
 )
@@ -375,6 +386,13 @@ def _groups_for(object_size: int, megabytes: int) -> int:
 @click.option("--only", "only", help="Run only rows whose name contains this text (and tcp).")
 @click.option("--repeat", default=1, show_default=True, help="Runs per row; the median counts.")
 @click.option(
+    "--draft",
+    "drafts",
+    default="16",
+    show_default=True,
+    help="MoQT versions of the MoQT rows, comma-separated (16, 14); d14 rows are named so.",
+)
+@click.option(
     "--backend",
     "backends",
     default="aioquic,qh3",
@@ -389,11 +407,15 @@ def transport(
     raw_only: bool,
     only: str | None,
     repeat: int,
+    drafts: str,
     backends: str,
 ) -> None:
     """Throughput of MoQT/QUIC vs plain TCP between two processes on loopback."""
     wanted = set(backends.split(","))
-    rows: list[Variant] = [] if raw_only else [r for r in MOQT_ROWS if r.backend in wanted]
+    versions = {int(d) for d in drafts.split(",") if d}
+    rows: list[Variant] = (
+        [] if raw_only else [r for r in MOQT_ROWS if r.backend in wanted and r.draft in versions]
+    )
     if levers or raw_only:
         rows += LEVER_ROWS
     rows.append(TCP_ROW)

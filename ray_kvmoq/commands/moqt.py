@@ -1,4 +1,5 @@
-"""``kvmoq pub`` and ``kvmoq sub``: MoQT debugging tools for any draft-14 relay or peer.
+"""``kvmoq pub`` and ``kvmoq sub``: MoQT debugging tools for any draft-14 or draft-16 relay or
+peer (``--draft``: which ALPNs to offer; the negotiated version is reported on stderr).
 
 ``pub`` connects to a relay (or, with ``--listen``, serves subscribers itself), announces the
 namespace and publishes a synthetic track group by group once someone subscribes. Payloads are
@@ -33,9 +34,30 @@ from ray_kvmoq.moqt.api import (
     self_signed,
     serve,
 )
-from ray_kvmoq.moqt.codec import AuthToken, FilterType, Location, TokenAliasType
+from ray_kvmoq.moqt.codec import (
+    ALPN_BY_VERSION,
+    DRAFT_14,
+    DRAFT_16,
+    AuthToken,
+    FilterType,
+    Location,
+    TokenAliasType,
+)
 
-__all__ = ["payload_for", "pub", "sub"]
+__all__ = ["DRAFTS", "draft_name", "payload_for", "pub", "sub"]
+
+DRAFTS: dict[str, tuple[str, ...]] = {
+    "all": (ALPN_BY_VERSION[DRAFT_16], ALPN_BY_VERSION[DRAFT_14]),
+    "16": (ALPN_BY_VERSION[DRAFT_16],),
+    "14": (ALPN_BY_VERSION[DRAFT_14],),
+}
+"""``--draft`` values and the ALPNs each offers, most preferred first."""
+
+
+def draft_name(version: int) -> str:
+    """``draft-16`` / ``draft-14`` for a session's negotiated version."""
+    return {DRAFT_16: "draft-16", DRAFT_14: "draft-14"}.get(version, f"{version:#x}")
+
 
 _FILTERS = {
     "largest": FilterType.LARGEST_OBJECT,
@@ -52,14 +74,17 @@ def payload_for(group: int, object_id: int, size: int) -> bytes:
 
 
 def _transport(
-    *, insecure: bool, cafile: str | None, datagram: int, server: bool = False
+    *, insecure: bool, cafile: str | None, datagram: int, draft: str, server: bool = False
 ) -> TransportConfig:
+    alpns = DRAFTS[draft]
     if server:
         leaf = self_signed()
         return TransportConfig(
-            cert_pem=leaf.cert_pem, key_pem=leaf.key_pem, max_datagram_size=datagram
+            cert_pem=leaf.cert_pem, key_pem=leaf.key_pem, max_datagram_size=datagram, alpns=alpns
         )
-    return TransportConfig(verify_peer=not insecure, cafile=cafile, max_datagram_size=datagram)
+    return TransportConfig(
+        verify_peer=not insecure, cafile=cafile, max_datagram_size=datagram, alpns=alpns
+    )
 
 
 def _session_config(token: str | None) -> SessionConfig:
@@ -85,6 +110,13 @@ _common = [
     click.option("--cafile", type=click.Path(exists=True, dir_okay=False), help="CA bundle (PEM)."),
     click.option("--token", help="AUTHORIZATION_TOKEN (setup and requests), out-of-band type 0."),
     click.option("--datagram-size", default=1452, show_default=True, help="QUIC datagram size."),
+    click.option(
+        "--draft",
+        type=click.Choice(sorted(DRAFTS)),
+        default="all",
+        show_default=True,
+        help="MoQT version(s) to offer: all (ALPN moqt-16, then moq-00), 16 or 14.",
+    ),
 ]
 
 
@@ -117,6 +149,7 @@ def pub(
     cafile: str | None,
     token: str | None,
     datagram_size: int,
+    draft: str,
     groups: int,
     objects: int,
     size: int,
@@ -136,10 +169,14 @@ def pub(
 
     plan = _Plan(groups=groups, objects=objects, size=size, interval=interval)
     if listen:
-        transport = _transport(insecure=True, cafile=None, datagram=datagram_size, server=True)
+        transport = _transport(
+            insecure=True, cafile=None, datagram=datagram_size, draft=draft, server=True
+        )
         _run(_pub_server(target, transport, name, source, plan, subscribers, wait, linger))
     else:
-        transport = _transport(insecure=insecure, cafile=cafile, datagram=datagram_size)
+        transport = _transport(
+            insecure=insecure, cafile=cafile, datagram=datagram_size, draft=draft
+        )
         _run(_pub_client(url, transport, token, name, source, plan, subscribers, wait, linger))
 
 
@@ -190,7 +227,8 @@ async def _pub_client(
     ) as session:
         await session.publish_namespace(name.namespace, auth_tokens=_tokens(token))
         ns = "/".join(p.decode() for p in name.namespace)
-        click.echo(f"announced {ns}; waiting for {subscribers} subscriber(s)", err=True)
+        version = draft_name(session.session.version)
+        click.echo(f"announced {ns} ({version}); waiting for {subscribers} subscriber(s)", err=True)
         await _publish(source, plan, subscribers, wait)
         await session.protocol.drain(0)
         await asyncio.sleep(max(linger, 0.5))  # PUBLISH_DONE, last ACKs, late FETCHes
@@ -275,6 +313,7 @@ def sub(
     cafile: str | None,
     token: str | None,
     datagram_size: int,
+    draft: str,
     fetch_range: str | None,
     filter_name: str,
     start_group: int | None,
@@ -295,7 +334,7 @@ def sub(
     name = FullTrackName.parse(namespace, track)
     groups = _parse_range(fetch_range) if fetch_range else None
 
-    transport = _transport(insecure=insecure, cafile=cafile, datagram=datagram_size)
+    transport = _transport(insecure=insecure, cafile=cafile, datagram=datagram_size, draft=draft)
     start = Location(start_group, 0) if start_group is not None else None
 
     async def open_(session: MoqtConnection) -> AsyncIterator[MoqtObject]:
@@ -330,7 +369,7 @@ async def _sub_main(
     count, started = 0, time.perf_counter()
     async with connect(url, transport=transport, session_config=_session_config(token)) as session:
         objects = await open_(session)
-        click.echo("receiving", err=True)
+        click.echo(f"receiving ({draft_name(session.session.version)})", err=True)
         async for obj in objects:
             click.echo(_line(obj))
             count += 1

@@ -16,6 +16,7 @@ import tempfile
 
 import click
 
+from ray_kvmoq.commands.moqt import DRAFTS
 from ray_kvmoq.relay.auth import TokenVerifier
 
 
@@ -66,9 +67,8 @@ async def _run(
         verifier=verifier,
         transport_options=transport,
     ) as (relay, bound):
-        click.echo(
-            f"kvmoq relay listening on moqt://{host}:{bound} (draft-14, ALPN moq-00)", err=True
-        )
+        alpns = ", ".join(str(a) for a in transport.get("alpns", ()))  # type: ignore[attr-defined]
+        click.echo(f"kvmoq relay listening on moqt://{host}:{bound} (ALPN {alpns})", err=True)
         if ready_file:
             with open(ready_file, "w") as f:
                 f.write(str(bound))
@@ -131,6 +131,13 @@ async def _run(
     "qh3 is faster between ray_kvmoq relays.",
 )
 @click.option(
+    "--draft",
+    type=click.Choice(sorted(DRAFTS)),
+    default="all",
+    show_default=True,
+    help="MoQT version(s) to accept: all (ALPN moqt-16 preferred, then moq-00), 16 or 14.",
+)
+@click.option(
     "--ready-file",
     type=click.Path(dir_okay=False),
     help="Write the bound port here once listening (scripts, tests).",
@@ -144,11 +151,13 @@ def relay(
     datagram: int,
     pacing: bool,
     quic_backend: str,
+    draft: str,
     ready_file: str | None,
 ) -> None:
     """Run a caching MoQT relay outside Ray.
 
-    Speaks MoQT draft-14 over raw QUIC (ALPN moq-00). Publishers send PUBLISH_NAMESPACE, then
+    Speaks MoQT draft-16 (ALPN moqt-16) and draft-14 (ALPN moq-00) over raw QUIC; a peer
+    offering both gets draft-16. Publishers send PUBLISH_NAMESPACE, then
     answer the relay's SUBSCRIBE; subscribers SUBSCRIBE or FETCH. Without --auth-key every
     request is accepted (tokens are ignored); with it, a valid token is required in
     CLIENT_SETUP or in each request. Stop with Ctrl-C; the final counters go to stderr.
@@ -167,6 +176,7 @@ def relay(
             "max_datagram_size": datagram,
             "pacing": pacing,
             "backend": quic_backend,
+            "alpns": DRAFTS[draft],
         }
         asyncio.run(_run(host, port, budget_mb << 20, cert, key, verifier, ready_file, transport))
     except OSError as exc:

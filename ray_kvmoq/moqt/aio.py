@@ -73,6 +73,11 @@ from cryptography.hazmat.primitives import serialization
 MOQT_ALPN = "moq-00"
 """ALPN of MoQT draft-14 over raw QUIC (d14 §3.1.2)."""
 
+MOQT_ALPNS: tuple[str, ...] = ("moqt-16", MOQT_ALPN)
+"""ALPNs an endpoint offers by default, newest first: draft-16 (d16 §3.1, the ALPN is the
+version), then draft-14. A TLS server picks the first of *its* list the client offered, so
+two of our endpoints settle on draft-16 and a peer offering only ``moq-00`` gets draft-14."""
+
 MAX_UDP_PAYLOAD = 65527
 """RFC 9000 §18.2 default and upper bound of ``max_udp_payload_size``."""
 
@@ -116,6 +121,10 @@ class QuicEndpoint(Protocol):
         """The datagram size in use now."""
 
     @property
+    def alpn(self) -> str | None:
+        """The ALPN the handshake negotiated (None before it completed)."""
+
+    @property
     def is_closed(self) -> bool:
         """Whether the connection has terminated."""
 
@@ -147,8 +156,9 @@ class TransportConfig:
     (``--tls-disable-verify``, self-signed test peers).
     """
 
-    alpn: str = MOQT_ALPN
-    """ALPN offered/accepted."""
+    alpns: tuple[str, ...] = MOQT_ALPNS
+    """ALPNs offered (client) or accepted (server), most preferred first; each names a MoQT
+    version (``moqt-16``: draft-16, ``moq-00``: draft-14), the session speaks the one agreed."""
     backend: str = "aioquic"
     """QUIC library: "aioquic", "qh3", or "auto" (qh3 when installed). Both ends of a
     connection may use different ones. The relays pick "auto" between themselves; endpoints
@@ -209,7 +219,7 @@ class TransportConfig:
         """Build aioquic's configuration. The handshake runs at 1,200-byte datagrams."""
         cfg = QuicConfiguration(
             is_client=is_client,
-            alpn_protocols=[self.alpn],
+            alpn_protocols=list(self.alpns),
             congestion_control_algorithm=self.congestion_control,
             idle_timeout=self.idle_timeout,
             max_data=self.max_data,
@@ -367,6 +377,7 @@ class FastQuicProtocol(QuicConnectionProtocol):
         self._sock: socket.socket | None = None
         self._send_sock: socket.socket | None = None
         self._keepalive_handle: asyncio.TimerHandle | None = None
+        self._alpn: str | None = None
         if config.wide_stream_frames:
             setattr(  # noqa: B010
                 quic, "_write_stream_frame", types.MethodType(_write_stream_frame_wide, quic)
@@ -388,6 +399,11 @@ class FastQuicProtocol(QuicConnectionProtocol):
     def datagram_size(self) -> int:
         """The datagram size in use now."""
         return int(self._quic._max_datagram_size)
+
+    @property
+    def alpn(self) -> str | None:
+        """The ALPN the handshake negotiated (None before it completed)."""
+        return self._alpn
 
     @property
     def is_closed(self) -> bool:
@@ -441,6 +457,7 @@ class FastQuicProtocol(QuicConnectionProtocol):
             # (uvloop runs socket callbacks before freshly created tasks) left it unmarked,
             # and wait_connected() then hung until its timeout.
             self._connected = True
+            self._alpn = event.alpn_protocol
             self._schedule_keepalive()
             peer = self._peer_udp_limit[-1] if self._peer_udp_limit else MAX_UDP_PAYLOAD
             size = min(self.config.max_datagram_size, peer, MAX_IPV4_UDP_PAYLOAD)

@@ -169,7 +169,7 @@ def quic_configuration(config: TransportConfig, *, is_client: bool) -> QuicConfi
     """qh3's configuration for ``config`` (the handshake runs at 1,200-byte datagrams)."""
     cfg = QuicConfiguration(
         is_client=is_client,
-        alpn_protocols=[config.alpn],
+        alpn_protocols=list(config.alpns),
         idle_timeout=config.idle_timeout,
         max_data=config.max_data,
         max_stream_data=config.max_stream_data,
@@ -215,6 +215,7 @@ class Qh3Protocol(QuicConnectionProtocol):
         self._server = server
         self._drain_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._keepalive_handle: asyncio.TimerHandle | None = None
+        self._alpn: str | None = None
         self._pending_flush = False
         self._rx_done: set[int] = set()
 
@@ -227,6 +228,11 @@ class Qh3Protocol(QuicConnectionProtocol):
     def datagram_size(self) -> int:
         """The datagram size in use now."""
         return int(self._quic._max_datagram_size)
+
+    @property
+    def alpn(self) -> str | None:
+        """The ALPN the handshake negotiated (None before it completed)."""
+        return self._alpn
 
     @property
     def is_closed(self) -> bool:
@@ -258,6 +264,7 @@ class Qh3Protocol(QuicConnectionProtocol):
     def quic_event_received(self, event: events.QuicEvent) -> None:
         if isinstance(event, events.HandshakeCompleted):
             self._connected = True  # see FastQuicProtocol: no waiter yet must not mean "not yet"
+            self._alpn = event.alpn_protocol
             self._schedule_keepalive()
             peer = _Qh3Connection.peer_udp_limit.get(id(self._quic), _MAX_UDP_PAYLOAD)
             size = min(self.config.max_datagram_size, peer, _MAX_SEND_DATAGRAM)

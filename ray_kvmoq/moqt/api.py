@@ -168,7 +168,8 @@ async def serve(
     session_config: SessionConfig | None = None,
     **connection_options: Any,
 ) -> MoqtServer:
-    """Listen for MoQT sessions (raw QUIC, ALPN ``moq-00``); each gets ``handler_factory()``.
+    """Listen for MoQT sessions (raw QUIC, the ALPNs of ``transport``: ``moqt-16`` preferred,
+    then ``moq-00``); each gets ``handler_factory()``.
 
     ``connection_options`` go to :class:`MoqtConnection` (``send_buffer``, ``request_timeout``).
     """

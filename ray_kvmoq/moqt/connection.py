@@ -39,7 +39,14 @@ from .api_types import (
     _ObjectQueue,
 )
 from .codec import AuthToken, Location
-from .codec.types import FilterType, GroupOrder, ObjectStatus, SessionError, SubscribeErrorCode
+from .codec.types import (
+    DRAFT_14,
+    FilterType,
+    GroupOrder,
+    ObjectStatus,
+    SessionError,
+    SubscribeErrorCode,
+)
 from .session import MoqtSession, SessionConfig
 
 __all__ = ["MoqtConnection"]
@@ -74,7 +81,10 @@ class MoqtConnection:
         self._protocol = protocol
         self._loop = asyncio.get_running_loop()
         self._session = MoqtSession(
-            protocol.quic, is_client=is_client, config=session_config or SessionConfig()
+            protocol.quic,
+            is_client=is_client,
+            config=session_config or SessionConfig(),
+            alpn=protocol.alpn,  # a client connects first; a server's session reads it later
         )
         self.is_client = is_client
         self.handler = handler or SessionHandler()
@@ -153,6 +163,17 @@ class MoqtConnection:
         ns = _ns(namespace)
         rid = self._cmd(lambda s: s.publish_namespace(ns, auth_tokens=auth_tokens))
         await self._await(rid)
+
+    async def announce_namespace(self, namespace: tuple[bytes, ...] | str) -> None:
+        """Tell a peer that subscribed to namespaces about ``namespace``: on draft-16 a
+        NAMESPACE on each of its SUBSCRIBE_NAMESPACE streams whose prefix covers it (d16
+        §9.21); on draft-14 a PUBLISH_NAMESPACE (returns on OK, d14 §9.28)."""
+        ns = _ns(namespace)
+        if self._session.version == DRAFT_14:
+            await self.publish_namespace(ns)
+            return
+        for rid in self._session.namespace_subscriptions(ns):
+            self._cmd(lambda s, rid=rid: s.namespace(rid, ns))  # type: ignore[misc]
 
     def publish_namespace_done(self, namespace: tuple[bytes, ...] | str) -> None:
         """PUBLISH_NAMESPACE_DONE (withdraw a namespace we published)."""

@@ -29,6 +29,8 @@ __all__ = [
     "GoawayReceived",
     "MaxRequestIdRaised",
     "MoqtEvent",
+    "NamespaceDoneReceived",
+    "NamespaceReceived",
     "ObjectReceived",
     "PublishAccepted",
     "PublishDoneReceived",
@@ -472,6 +474,28 @@ class UnsubscribedNamespace:
     """Request ids of the matching SUBSCRIBE_NAMESPACE requests."""
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NamespaceReceived:
+    """Draft-16 NAMESPACE arrived on our SUBSCRIBE_NAMESPACE's stream (d16 §9.21): the
+    publisher has tracks in a namespace under our prefix."""
+
+    request_id: int
+    """Request id of our SUBSCRIBE_NAMESPACE."""
+    track_namespace: tuple[bytes, ...]
+    """The whole namespace: our prefix followed by the suffix sent."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NamespaceDoneReceived:
+    """Draft-16 NAMESPACE_DONE arrived on our SUBSCRIBE_NAMESPACE's stream (d16 §9.23): a
+    namespace reported by NAMESPACE went away."""
+
+    request_id: int
+    """Request id of our SUBSCRIBE_NAMESPACE."""
+    track_namespace: tuple[bytes, ...]
+    """The whole namespace: our prefix followed by the suffix sent."""
+
+
 # --------------------------------------------------------------------------------------------
 # TRACK_STATUS
 # --------------------------------------------------------------------------------------------
@@ -620,6 +644,8 @@ MoqtEvent = (
     | SubscribeNamespaceAccepted
     | SubscribeNamespaceRejected
     | UnsubscribedNamespace
+    | NamespaceReceived
+    | NamespaceDoneReceived
     | TrackStatusRequested
     | TrackStatusReceived
     | TrackStatusRejected

@@ -43,6 +43,7 @@ from aioquic.quic.connection import QuicConnection
 from aioquic.quic.events import (
     ConnectionTerminated,
     DatagramFrameReceived,
+    HandshakeCompleted,
     QuicEvent,
     StopSendingReceived,
     StreamDataReceived,
@@ -50,11 +51,15 @@ from aioquic.quic.events import (
 )
 
 from .codec import (
-    MESSAGE_CLASSES,
+    MESSAGE_CLASSES_BY_VERSION,
     ClientSetup,
     Goaway,
     MaxRequestId,
     Message,
+    Namespace,
+    NamespaceDone,
+    RequestErrorMessage,
+    RequestOk,
     RequestsBlocked,
     ServerSetup,
     SetupParameters,
@@ -71,6 +76,7 @@ from .codec.errors import (
 )
 from .codec.types import (
     DRAFT_14,
+    DRAFT_16,
     SessionError,
 )
 from .events import (
@@ -86,6 +92,7 @@ from .session_data import DataStreams, OutgoingFetchObject, OutgoingObject
 from .session_namespaces import Namespaces
 from .session_requests import Requests
 from .session_subscribe import Subscriptions
+from .session_versions import from_request_error, from_request_ok, version_for_alpn
 from .state import SessionInput, SessionState, SubscriberSubInput
 
 __all__ = ["MoqtSession", "OutgoingFetchObject", "OutgoingObject", "SessionConfig"]
@@ -94,7 +101,8 @@ _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 SUPPORTED_VERSIONS: tuple[int, ...] = (DRAFT_14,)
-"""Versions offered in CLIENT_SETUP / accepted from it, most preferred first."""
+"""Versions offered in CLIENT_SETUP / accepted from it, most preferred first (ALPN ``moq-00``;
+from draft-15 on the ALPN alone names the version, :mod:`.session_versions`)."""
 
 
 def _delegate(
@@ -124,8 +132,17 @@ class MoqtSession:
     """
 
     def __init__(
-        self, quic: QuicConnection, *, is_client: bool, config: SessionConfig | None = None
+        self,
+        quic: QuicConnection,
+        *,
+        is_client: bool,
+        config: SessionConfig | None = None,
+        alpn: str | None = None,
     ) -> None:
+        """``alpn``: the ALPN the handshake negotiated, when it is already done (a client
+        created after connecting); otherwise the session reads it from ``HandshakeCompleted``.
+        ``moqt-16`` makes it a draft-16 session, ``moq-00`` (or none) draft-14.
+        """
         flow = RequestFlow(quic, is_client=is_client, config=config or SessionConfig())
         self._flow = flow
         self._subs = Subscriptions(flow)
@@ -142,6 +159,8 @@ class MoqtSession:
         for role in (self._subs, self._requests, self._namespaces):
             self._handlers.update({cls: getattr(role, n) for cls, n in role.HANDLERS.items()})
             self._requests_types |= role.REQUESTS
+        if alpn is not None:
+            self._set_version(version_for_alpn(alpn))
 
     # ------------------------------------------------------------ entry points
 
@@ -158,6 +177,8 @@ class MoqtSession:
         try:
             if isinstance(event, StreamDataReceived):
                 self._on_stream_data(event, out)
+            elif isinstance(event, HandshakeCompleted):
+                self._set_version(version_for_alpn(event.alpn_protocol))
             elif isinstance(event, DatagramFrameReceived):
                 self._data.on_datagram(event.data, out)
             elif isinstance(event, StreamReset):
@@ -165,7 +186,10 @@ class MoqtSession:
             elif isinstance(event, StopSendingReceived):
                 if event.stream_id == self._flow.control_stream_id:
                     raise ProtocolViolation("peer sent STOP_SENDING on the control stream")
-                self._data.on_stop_sending(event.stream_id)
+                if not event.stream_id & 0x2:
+                    self._namespaces.on_request_stream_stopped(event.stream_id)
+                else:
+                    self._data.on_stop_sending(event.stream_id)
             elif isinstance(event, ConnectionTerminated):
                 self._on_connection_terminated(event, out)
                 return out
@@ -206,7 +230,7 @@ class MoqtSession:
         cfg = self._flow.config
         self._flow.send(
             ClientSetup(
-                versions=SUPPORTED_VERSIONS,
+                versions=SUPPORTED_VERSIONS if self._flow.version == DRAFT_14 else (),
                 parameters=SetupParameters.build(
                     path=cfg.path,
                     authority=cfg.authority,
@@ -265,8 +289,16 @@ class MoqtSession:
 
     @property
     def version(self) -> int:
-        """MoQT version in use."""
+        """MoQT version in use (from the ALPN; draft-14 until the handshake says otherwise)."""
         return self._flow.version
+
+    def _set_version(self, version: int) -> None:
+        if self._flow.machine.state is not SessionState.CONNECTED:
+            if version != self._flow.version:
+                raise ProtocolViolation("the MoQT version changed after SETUP began")
+            return
+        self._flow.version = version
+        self._control_parser.version = version
 
     @property
     def peer_max_request_id(self) -> int:
@@ -313,6 +345,9 @@ class MoqtSession:
     track_status_error = _delegate("_requests", Requests.track_status_error)
 
     # Namespaces (session_namespaces.py)
+    namespace = _delegate("_namespaces", Namespaces.namespace)
+    namespace_done = _delegate("_namespaces", Namespaces.namespace_done)
+    namespace_subscriptions = _delegate("_namespaces", Namespaces.namespace_subscriptions)
     publish_namespace = _delegate("_namespaces", Namespaces.publish_namespace)
     accept_publish_namespace = _delegate("_namespaces", Namespaces.accept_publish_namespace)
     reject_publish_namespace = _delegate("_namespaces", Namespaces.reject_publish_namespace)
@@ -349,6 +384,10 @@ class MoqtSession:
         if self._flow.control_stream_id is None and not self._flow.is_client and not sid & 0x1:
             self._flow.control_stream_id = sid
         if sid != self._flow.control_stream_id:
+            if self._flow.version == DRAFT_16 and self._flow.control_stream_id is not None:
+                # d16 §9.25: SUBSCRIBE_NAMESPACE runs on a bidirectional stream of its own.
+                self._namespaces.on_request_stream(sid, event.data, event.end_stream, out)
+                return
             raise ProtocolViolation(f"unexpected bidirectional stream {sid}")
         for msg in self._control_parser.feed(event.data, fin=event.end_stream):
             self._dispatch(msg, out)
@@ -357,7 +396,11 @@ class MoqtSession:
 
     def _on_stream_reset(self, event: StreamReset, out: list[MoqtEvent]) -> None:
         if not event.stream_id & 0x2:
-            raise ProtocolViolation(f"peer reset bidirectional stream {event.stream_id}")
+            sid = event.stream_id
+            if self._flow.version == DRAFT_16 and sid != self._flow.control_stream_id:
+                self._namespaces.on_request_stream(sid, b"", True, out)
+                return
+            raise ProtocolViolation(f"peer reset bidirectional stream {sid}")
         self._data.on_data_stream_reset(event.stream_id, event.error_code, out)
 
     def _on_connection_terminated(self, event: ConnectionTerminated, out: list[MoqtEvent]) -> None:
@@ -396,7 +439,9 @@ class MoqtSession:
 
     def _on_client_setup(self, msg: ClientSetup, out: list[MoqtEvent]) -> None:
         self._flow.machine.apply(SessionInput.RECV_CLIENT_SETUP)
-        version = next((v for v in SUPPORTED_VERSIONS if v in msg.versions), None)
+        version: int | None = self._flow.version  # d15 and later: the ALPN chose it
+        if version == DRAFT_14:
+            version = next((v for v in SUPPORTED_VERSIONS if v in msg.versions), None)
         if version is None:
             offered = ", ".join(f"{v:#x}" for v in msg.versions)
             raise VersionNegotiationFailed(f"no common version in CLIENT_SETUP ({offered})")
@@ -423,7 +468,7 @@ class MoqtSession:
 
     def _on_server_setup(self, msg: ServerSetup, out: list[MoqtEvent]) -> None:
         self._flow.machine.apply(SessionInput.RECV_SERVER_SETUP)
-        if msg.selected_version not in SUPPORTED_VERSIONS:
+        if self._flow.version == DRAFT_14 and msg.selected_version not in SUPPORTED_VERSIONS:
             raise VersionNegotiationFailed(
                 f"server selected version {msg.selected_version:#x}, which we did not offer"
             )
@@ -467,6 +512,44 @@ class MoqtSession:
         out.append(RequestsBlockedReceived(max_request_id=msg.max_request_id))
         self._flow.maybe_grant()  # credit freed since our last MAX_REQUEST_ID goes out now
 
+    # ------------------------------------------------------------ draft-16 answers
+
+    def _answers(self, rid: int, what: str) -> tuple[type, type | None] | None:
+        """The (error, OK) answer classes of our request ``rid``, asked of the role that owns
+        it; None for a request we abandoned. A REQUEST_OK / REQUEST_ERROR names one of *our*
+        requests, so any other id is a PROTOCOL_VIOLATION."""
+        if self._flow.is_ours(rid):
+            if self._subs.take_update_answer(rid):
+                return None  # our REQUEST_UPDATE's answer: nothing waits for it
+            for role in (self._subs, self._requests, self._namespaces):
+                found = role.answers(rid)
+                if found is not None:
+                    return found
+        self._flow.lookup({}, rid, what)  # raises unless we abandoned it
+        return None
+
+    def _on_request_error(self, msg: RequestErrorMessage, out: list[MoqtEvent]) -> None:
+        found = self._answers(msg.request_id, "REQUEST_ERROR")
+        if found is not None:
+            self._handlers[found[0]](from_request_error(msg, found[0]), out)
+
+    def _on_request_ok(self, msg: RequestOk, out: list[MoqtEvent]) -> None:
+        found = self._answers(msg.request_id, "REQUEST_OK")
+        if found is None:
+            return
+        if found[1] is None:
+            raise ProtocolViolation(
+                f"REQUEST_OK answers request {msg.request_id}, whose kind has no REQUEST_OK"
+            )
+        self._handlers[found[1]](from_request_ok(msg, found[1]), out)
+
+    def _on_namespace_on_control(
+        self, msg: Namespace | NamespaceDone, out: list[MoqtEvent]
+    ) -> None:
+        raise ProtocolViolation(
+            f"{type(msg).__name__} outside a SUBSCRIBE_NAMESPACE stream (d16 §9.21)"
+        )
+
 
 def _check_path(path: bytes | None) -> None:
     """PATH must be ``path-abempty [ "?" query ]`` (d14 §9.3.2.1)."""
@@ -488,6 +571,10 @@ _HANDLERS: dict[type, str] = {
     Goaway: "_on_goaway",
     MaxRequestId: "_on_max_request_id",
     RequestsBlocked: "_on_requests_blocked",
+    RequestErrorMessage: "_on_request_error",
+    RequestOk: "_on_request_ok",
+    Namespace: "_on_namespace_on_control",
+    NamespaceDone: "_on_namespace_on_control",
 }
 """Handler method of every session-level control message (the roles declare their own)."""
 
@@ -496,4 +583,6 @@ _SESSION_LEVEL = frozenset({ClientSetup, ServerSetup, Goaway})
 
 assert set(_HANDLERS).union(
     *(role.HANDLERS for role in (Subscriptions, Requests, Namespaces))
-) == set(MESSAGE_CLASSES.values()), "every control message has exactly one handler"
+) == set().union(*(set(m.values()) for m in MESSAGE_CLASSES_BY_VERSION.values())), (
+    "every control message of every version has exactly one handler"
+)

@@ -39,7 +39,7 @@ from aioquic.quic.connection import QuicConnection
 
 from .codec import AuthToken, Location, Message, Parameters, RequestsBlocked
 from .codec import MaxRequestId as MaxRequestIdMessage
-from .codec.control import encode_control
+from .codec.control import ControlStreamParser, encode_control
 from .codec.errors import (
     AuthTokenCacheOverflow,
     DuplicateAuthTokenAlias,
@@ -50,6 +50,7 @@ from .codec.errors import (
     UnknownAuthTokenAlias,
 )
 from .codec.types import DEFAULT_MAX_OBJECT_SIZE, DRAFT_14, FilterType, TokenAliasType
+from .session_versions import to_wire
 from .state import (
     SESSION_CLIENT,
     SESSION_SERVER,
@@ -173,6 +174,14 @@ class NamespaceRecord:
     request_id: int
     machine: StateMachine[NamespaceState, NamespaceInput]
     namespace: tuple[bytes, ...]
+    stream_id: int | None = None
+    """Draft-16 SUBSCRIBE_NAMESPACE: the bidirectional stream the request runs on."""
+    parser: ControlStreamParser | None = None
+    """Draft-16 SUBSCRIBE_NAMESPACE: parser of the peer's half of that stream."""
+    answered: bool = False
+    """Draft-16 SUBSCRIBE_NAMESPACE we sent: its REQUEST_OK / REQUEST_ERROR arrived."""
+    reported: set[tuple[bytes, ...]] = field(default_factory=set)
+    """Draft-16 SUBSCRIBE_NAMESPACE: namespaces NAMESPACE reported and not NAMESPACE_DONE."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -208,6 +217,8 @@ class RequestFlow:
         self.peer_limit_known = False
         self._blocked_sent_at: int | None = None
         self._peer_active: set[int] = set()
+        self._peer_gaps: set[int] = set()
+        """Draft-16: peer request ids skipped by a later request, still to arrive."""
         self._abandoned: OrderedDict[int, None] = OrderedDict()
         # Authorization token aliases the peer registered with us (d14 §9.2.1.1).
         self._token_cache: dict[int, AuthToken] = {}
@@ -218,14 +229,19 @@ class RequestFlow:
     def limit_enforced(self) -> bool:
         return self.peer_limit_known or self.config.strict_request_limit
 
+    def encode(self, msg: Message) -> bytes:
+        """One control message framed for the negotiated version; draft-14 answers become
+        REQUEST_OK / REQUEST_ERROR on draft-16 (:func:`~.session_versions.to_wire`)."""
+        return encode_control(to_wire(msg, self.version), version=self.version)
+
     def send(self, msg: Message) -> None:
         """Encode one control message and buffer it on the control stream."""
         assert self.control_stream_id is not None
-        self.quic.send_stream_data(self.control_stream_id, encode_control(msg))
+        self.quic.send_stream_data(self.control_stream_id, self.encode(msg))
 
     def send_control(self, msg: Message) -> None:
         """Send a non-request control message (responses, cancels, flow control)."""
-        self.send_raw_control(encode_control(msg))
+        self.send_raw_control(self.encode(msg))
 
     def send_raw_control(self, data: bytes) -> None:
         """Send an already encoded non-request control message."""
@@ -246,6 +262,20 @@ class RequestFlow:
         The message is encoded before the id is consumed, so an invalid request raises
         LocalProtocolError without leaving a gap in our request ids.
         """
+        rid, data = self._new_request(build)
+        assert self.control_stream_id is not None
+        self.quic.send_stream_data(self.control_stream_id, data)
+        return rid
+
+    def start_stream_request(self, build: Callable[[int], Message]) -> tuple[int, int]:
+        """Like :meth:`start_request`, but the request opens its own bidirectional stream
+        (draft-16 SUBSCRIBE_NAMESPACE, d16 §9.25); returns ``(request_id, stream_id)``."""
+        rid, data = self._new_request(build)
+        stream_id = self.quic.get_next_available_stream_id(is_unidirectional=False)
+        self.quic.send_stream_data(stream_id, data)
+        return rid, stream_id
+
+    def _new_request(self, build: Callable[[int], Message]) -> tuple[int, bytes]:
         self.machine.apply(SessionInput.SEND_REQUEST)
         rid = self.next_request_id
         if self.limit_enforced() and rid >= self.peer_limit:
@@ -256,20 +286,33 @@ class RequestFlow:
                 f"request id {rid} not below the peer's MAX_REQUEST_ID {self.peer_limit}: "
                 "wait for MaxRequestIdRaised"
             )
-        data = encode_control(build(rid))
+        data = self.encode(build(rid))
         self.next_request_id += 2
-        assert self.control_stream_id is not None
-        self.quic.send_stream_data(self.control_stream_id, data)
-        return rid
+        return rid, data
 
     def accept_peer_request_id(self, rid: int) -> None:
-        """Validate the id of a new request from the peer (d14 §9.1)."""
+        """Validate the id of a new request from the peer (d14 §9.1, d16 §9.1).
+
+        Draft-16 requests travel on more than one stream (SUBSCRIBE_NAMESPACE has its own),
+        and QUIC does not order streams against each other: a request may arrive after one
+        with a higher id. So on draft-16 an id may skip ahead (the skipped ones are expected
+        later, each once) as long as it has the peer's parity and stays below our
+        MAX_REQUEST_ID; draft-14 ids must come exactly in sequence.
+        """
         self.machine.apply(SessionInput.RECV_REQUEST)
         if rid != self._peer_next_id:
-            raise InvalidRequestId(f"request id {rid}, expected {self._peer_next_id}")
+            late = rid in self._peer_gaps
+            ahead = rid > self._peer_next_id and rid % 2 == self._peer_next_id % 2
+            if self.version == DRAFT_14 or not (late or ahead):
+                raise InvalidRequestId(f"request id {rid}, expected {self._peer_next_id}")
+            if late:
+                self._peer_gaps.discard(rid)
+                self._peer_active.add(rid)
+                return
         if rid >= self.granted:
             raise TooManyRequests(f"request id {rid} not below MAX_REQUEST_ID {self.granted}")
-        self._peer_next_id += 2
+        self._peer_gaps.update(range(self._peer_next_id, rid, 2))
+        self._peer_next_id = rid + 2
         self._peer_active.add(rid)
 
     def is_ours(self, rid: int) -> bool:

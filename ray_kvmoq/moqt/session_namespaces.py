@@ -15,6 +15,15 @@ Invariants:
 * A withdrawal or cancel naming a namespace we do not know is ignored: it crossed an error,
   a cancel or a withdrawal on the wire.
 * An empty SUBSCRIBE_NAMESPACE prefix from the peer is accepted (moq-dev sends one).
+
+Draft-16 (d16 §9.20-§9.25): PUBLISH_NAMESPACE_DONE / _CANCEL name the request id, so they act
+on exactly that record. SUBSCRIBE_NAMESPACE runs on a bidirectional stream of its own: the
+requester opens it with the request, the responder's first message on it is REQUEST_OK or
+REQUEST_ERROR (then FIN), after which NAMESPACE / NAMESPACE_DONE report namespaces under the
+prefix (:meth:`Namespaces.namespace`); closing the stream (FIN or reset, either side) ends the
+subscription, which replaces UNSUBSCRIBE_NAMESPACE. Anything else on such a stream, a second
+answer, a NAMESPACE_DONE without its NAMESPACE, or SUBSCRIBE_NAMESPACE on the control stream
+is a PROTOCOL_VIOLATION.
 """
 
 from __future__ import annotations
@@ -23,11 +32,16 @@ from typing import ClassVar
 
 from .codec import (
     AuthToken,
+    Message,
     MessageParameters,
+    Namespace,
+    NamespaceDone,
     PublishNamespace,
     PublishNamespaceCancel,
     PublishNamespaceError,
     PublishNamespaceOk,
+    RequestErrorMessage,
+    RequestOk,
     SubscribeNamespace,
     SubscribeNamespaceError,
     SubscribeNamespaceOk,
@@ -36,10 +50,13 @@ from .codec import (
 from .codec import (
     PublishNamespaceDone as PublishNamespaceDoneMsg,
 )
-from .codec.control import encode_control
-from .codec.errors import LocalProtocolError
+from .codec.control import ControlStreamParser
+from .codec.errors import LocalProtocolError, ProtocolViolation
+from .codec.types import DRAFT_14, DRAFT_16
 from .events import (
     MoqtEvent,
+    NamespaceDoneReceived,
+    NamespaceReceived,
     PublishNamespaceAccepted,
     PublishNamespaceCancelled,
     PublishNamespaceDone,
@@ -52,6 +69,7 @@ from .events import (
 )
 from .session_core import NamespaceRecord, RequestFlow
 from .session_subscribe import with_tokens
+from .session_versions import from_request_error, from_request_ok
 from .state import (
     NAMESPACE_REQUESTER,
     NAMESPACE_RESPONDER,
@@ -87,6 +105,9 @@ class Namespaces:
         self._pubns_in: dict[int, NamespaceRecord] = {}
         self._subns_out: dict[int, NamespaceRecord] = {}
         self._subns_in: dict[int, NamespaceRecord] = {}
+        self._streams: dict[int, NamespaceRecord | ControlStreamParser] = {}
+        """Draft-16 SUBSCRIBE_NAMESPACE streams by stream id: their record, or the parser of a
+        peer's stream whose SUBSCRIBE_NAMESPACE is not complete yet."""
 
     # ------------------------------------------------------------ namespaces: commands
 
@@ -125,8 +146,11 @@ class Namespaces:
         recs = self._ns_matching(self._pubns_out, track_namespace)
         for rec in recs:
             rec.machine.apply(NamespaceInput.SEND_DONE)
-        self._flow.send_control(PublishNamespaceDoneMsg(track_namespace=track_namespace))
+        if self._flow.version == DRAFT_14:
+            self._flow.send_control(PublishNamespaceDoneMsg(track_namespace=track_namespace))
         for rec in recs:
+            if self._flow.version != DRAFT_14:  # d16 §9.22: one per PUBLISH_NAMESPACE
+                self._flow.send_control(PublishNamespaceDoneMsg(request_id=rec.request_id))
             self._drop_ns(self._pubns_out, rec)
             self._flow.abandon(rec.request_id)  # its OK/ERROR may still be on the way
 
@@ -148,11 +172,19 @@ class Namespaces:
             return
         for rec in active:
             rec.machine.apply(NamespaceInput.SEND_CANCEL)
-        self._flow.send_control(
-            PublishNamespaceCancel(
-                track_namespace=track_namespace, error_code=error_code, reason=reason
+        if self._flow.version == DRAFT_14:
+            self._flow.send_control(
+                PublishNamespaceCancel(
+                    track_namespace=track_namespace, error_code=error_code, reason=reason
+                )
             )
-        )
+        else:  # d16 §9.24: one per PUBLISH_NAMESPACE
+            for rec in active:
+                self._flow.send_control(
+                    PublishNamespaceCancel(
+                        request_id=rec.request_id, error_code=error_code, reason=reason
+                    )
+                )
         for rec in active:
             self._drop_ns(self._pubns_in, rec)
 
@@ -162,16 +194,32 @@ class Namespaces:
         *,
         parameters: MessageParameters | None = None,
         auth_tokens: tuple[AuthToken, ...] = (),
+        subscribe_options: int = 1,
     ) -> int:
-        """Ask for namespaces under a prefix (SUBSCRIBE_NAMESPACE); returns its request id."""
-        rid = self._flow.start_request(
-            lambda rid: SubscribeNamespace(
+        """Ask for namespaces under a prefix (SUBSCRIBE_NAMESPACE); returns its request id.
+
+        Draft-16: the request opens its own stream; ``subscribe_options`` asks for PUBLISH (0),
+        NAMESPACE (1, the default) or both (2).
+        """
+
+        def build(rid: int) -> SubscribeNamespace:
+            return SubscribeNamespace(
                 request_id=rid,
                 track_namespace_prefix=track_namespace_prefix,
                 parameters=with_tokens(parameters, auth_tokens),
+                subscribe_options=subscribe_options,
             )
-        )
-        self._subns_out[rid] = self._new_namespace(rid, track_namespace_prefix, responder=False)
+
+        rec: NamespaceRecord
+        if self._flow.version == DRAFT_14:
+            rid = self._flow.start_request(build)
+            rec = self._new_namespace(rid, track_namespace_prefix, responder=False)
+        else:
+            rid, stream_id = self._flow.start_stream_request(build)
+            rec = self._new_namespace(rid, track_namespace_prefix, responder=False)
+            rec.stream_id, rec.parser = stream_id, self._parser()
+            self._streams[stream_id] = rec
+        self._subns_out[rid] = rec
         return rid
 
     def accept_subscribe_namespace(self, request_id: int) -> None:
@@ -187,16 +235,20 @@ class Namespaces:
         msg = SubscribeNamespaceError(request_id=request_id, error_code=error_code, reason=reason)
         self._ns_step(rec, NamespaceInput.SEND_ERROR, msg)
         self._drop_ns(self._subns_in, rec)
+        self._close_stream(rec)  # d16 §9.25: an error is followed by FIN
 
     def unsubscribe_namespace(self, track_namespace_prefix: tuple[bytes, ...]) -> None:
         """End our namespace subscription for a prefix (UNSUBSCRIBE_NAMESPACE)."""
         recs = self._ns_matching(self._subns_out, track_namespace_prefix)
         for rec in recs:
             rec.machine.apply(NamespaceInput.SEND_DONE)
-        self._flow.send_control(UnsubscribeNamespace(track_namespace_prefix=track_namespace_prefix))
+        if self._flow.version == DRAFT_14:
+            msg = UnsubscribeNamespace(track_namespace_prefix=track_namespace_prefix)
+            self._flow.send_control(msg)
         for rec in recs:
             self._drop_ns(self._subns_out, rec)
             self._flow.abandon(rec.request_id)
+            self._close_stream(rec)  # d16: closing the stream is the unsubscribe
 
     def _ns_rec(self, table: dict[int, NamespaceRecord], request_id: int) -> NamespaceRecord:
         rec = table.get(request_id)
@@ -213,9 +265,12 @@ class Namespaces:
         | SubscribeNamespaceOk
         | SubscribeNamespaceError,
     ) -> None:
-        data = encode_control(msg)
+        data = self._flow.encode(msg)
         rec.machine.apply(inp)
-        self._flow.send_raw_control(data)
+        if rec.stream_id is None:
+            self._flow.send_raw_control(data)
+        else:  # d16: the answer is the first message on the request's own stream
+            self._flow.quic.send_stream_data(rec.stream_id, data)
 
     def _ns_matching(
         self, table: dict[int, NamespaceRecord], namespace: tuple[bytes, ...]
@@ -272,7 +327,15 @@ class Namespaces:
         )
 
     def on_publish_namespace_done(self, msg: PublishNamespaceDoneMsg, out: list[MoqtEvent]) -> None:
-        recs = [r for r in self._pubns_in.values() if r.namespace == msg.track_namespace]
+        if msg.request_id is not None:  # d16: names its PUBLISH_NAMESPACE
+            rec = self._pubns_in.get(msg.request_id)
+            if rec is None:
+                self._flow.unknown_reference(msg.request_id, "PUBLISH_NAMESPACE_DONE")
+                return
+            msg = PublishNamespaceDoneMsg(track_namespace=rec.namespace)
+            recs = [rec]
+        else:
+            recs = [r for r in self._pubns_in.values() if r.namespace == msg.track_namespace]
         for rec in recs:
             rec.machine.apply(NamespaceInput.RECV_DONE)
             self._drop_ns(self._pubns_in, rec)
@@ -287,11 +350,23 @@ class Namespaces:
     def on_publish_namespace_cancel(
         self, msg: PublishNamespaceCancel, out: list[MoqtEvent]
     ) -> None:
-        recs = [
-            r
-            for r in self._pubns_out.values()
-            if r.namespace == msg.track_namespace and r.machine.state is NamespaceState.ACTIVE
-        ]
+        if msg.request_id is not None:  # d16: names its PUBLISH_NAMESPACE
+            found = self._pubns_out.get(msg.request_id)
+            if found is None:
+                self._flow.unknown_reference(msg.request_id, "PUBLISH_NAMESPACE_CANCEL")
+                return
+            if found.machine.state is not NamespaceState.ACTIVE:
+                raise ProtocolViolation("PUBLISH_NAMESPACE_CANCEL before PUBLISH_NAMESPACE_OK")
+            recs = [found]
+            msg = PublishNamespaceCancel(
+                track_namespace=found.namespace, error_code=msg.error_code, reason=msg.reason
+            )
+        else:
+            recs = [
+                r
+                for r in self._pubns_out.values()
+                if r.namespace == msg.track_namespace and r.machine.state is NamespaceState.ACTIVE
+            ]
         for rec in recs:
             rec.machine.apply(NamespaceInput.RECV_CANCEL)
             self._drop_ns(self._pubns_out, rec)
@@ -305,12 +380,18 @@ class Namespaces:
                 )
             )
 
-    def on_subscribe_namespace(self, msg: SubscribeNamespace, out: list[MoqtEvent]) -> None:
+    def on_subscribe_namespace(
+        self, msg: SubscribeNamespace, out: list[MoqtEvent], stream_id: int | None = None
+    ) -> None:
+        if self._flow.version != DRAFT_14 and stream_id is None:
+            raise ProtocolViolation("SUBSCRIBE_NAMESPACE on the control stream (d16 §9.25)")
         self._flow.accept_peer_request_id(msg.request_id)
         tokens = self._flow.tokens(msg.parameters)
-        self._subns_in[msg.request_id] = self._new_namespace(
-            msg.request_id, msg.track_namespace_prefix, responder=True
-        )
+        rec = self._new_namespace(msg.request_id, msg.track_namespace_prefix, responder=True)
+        rec.stream_id = stream_id
+        self._subns_in[msg.request_id] = rec
+        if stream_id is not None:
+            self._streams[stream_id] = rec
         out.append(
             SubscribeNamespaceRequested(
                 request_id=msg.request_id,
@@ -360,6 +441,157 @@ class Namespaces:
                     track_namespace_prefix=prefix, request_ids=tuple(r.request_id for r in recs)
                 )
             )
+
+    # ------------------------------------------------------------ draft-16 namespace streams
+
+    def namespace(self, request_id: int, track_namespace: tuple[bytes, ...]) -> None:
+        """Draft-16: report a namespace under the peer's accepted SUBSCRIBE_NAMESPACE
+        ``request_id`` (NAMESPACE on its stream, d16 §9.21)."""
+        self._send_on_stream(request_id, track_namespace, done=False)
+
+    def namespace_done(self, request_id: int, track_namespace: tuple[bytes, ...]) -> None:
+        """Draft-16: withdraw a namespace reported with :meth:`namespace` (NAMESPACE_DONE)."""
+        self._send_on_stream(request_id, track_namespace, done=True)
+
+    def namespace_subscriptions(self, track_namespace: tuple[bytes, ...]) -> list[int]:
+        """Draft-16: the peer's accepted SUBSCRIBE_NAMESPACE requests whose prefix covers
+        ``track_namespace`` and which were not told about it yet (see :meth:`namespace`)."""
+        return [
+            rec.request_id
+            for rec in self._subns_in.values()
+            if rec.stream_id is not None
+            and rec.machine.state is NamespaceState.ACTIVE
+            and track_namespace[: len(rec.namespace)] == rec.namespace
+            and track_namespace not in rec.reported
+        ]
+
+    def _send_on_stream(self, request_id: int, namespace: tuple[bytes, ...], *, done: bool) -> None:
+        rec = self._ns_rec(self._subns_in, request_id)
+        if rec.stream_id is None or rec.machine.state is not NamespaceState.ACTIVE:
+            raise LocalProtocolError(f"SUBSCRIBE_NAMESPACE {request_id} has no open stream")
+        if namespace[: len(rec.namespace)] != rec.namespace:
+            raise LocalProtocolError(f"{namespace!r} is not under {rec.namespace!r}")
+        if done != (namespace in rec.reported):
+            raise LocalProtocolError(f"{namespace!r} was {'never' if done else 'already'} sent")
+        suffix = namespace[len(rec.namespace) :]
+        msg = (
+            NamespaceDone(track_namespace_suffix=suffix)
+            if done
+            else Namespace(track_namespace_suffix=suffix)
+        )
+        self._flow.quic.send_stream_data(rec.stream_id, self._flow.encode(msg))
+        if done:
+            rec.reported.discard(namespace)
+        else:
+            rec.reported.add(namespace)
+
+    def answers(self, rid: int) -> tuple[type, type | None] | None:
+        """Draft-16 answer routing on the control stream: the (error, OK) answer classes of
+        *our* request ``rid`` if this role owns it. A SUBSCRIBE_NAMESPACE is answered on its
+        own stream, so an answer to it here is a PROTOCOL_VIOLATION."""
+        if rid in self._pubns_out:
+            return PublishNamespaceError, PublishNamespaceOk
+        if rid in self._subns_out:
+            raise ProtocolViolation("SUBSCRIBE_NAMESPACE answered on the control stream")
+        return None
+
+    def on_request_stream(
+        self, stream_id: int, data: bytes, fin: bool, out: list[MoqtEvent]
+    ) -> None:
+        """Bytes (or the end: FIN or reset) of a draft-16 SUBSCRIBE_NAMESPACE stream."""
+        entry = self._streams.get(stream_id)
+        if entry is None:
+            if (stream_id & 0x1 == 0) == self._flow.is_client:
+                return  # one of ours we already closed: late bytes are dropped
+            entry = self._streams[stream_id] = self._parser()
+        parser = entry if isinstance(entry, ControlStreamParser) else entry.parser
+        messages = parser.feed(data) if parser is not None and data else []
+        for msg in messages:
+            entry = self._streams.get(stream_id)
+            if entry is None:
+                break
+            self._on_stream_message(stream_id, entry, msg, out)
+        if fin:
+            self._on_stream_end(stream_id, out)
+
+    def on_request_stream_stopped(self, stream_id: int) -> None:
+        """The peer sent STOP_SENDING on a SUBSCRIBE_NAMESPACE stream: stop writing to it."""
+        entry = self._streams.get(stream_id)
+        if isinstance(entry, NamespaceRecord) and entry.stream_id is not None:
+            self._close_stream(entry)
+
+    def _on_stream_message(
+        self,
+        stream_id: int,
+        entry: NamespaceRecord | ControlStreamParser,
+        msg: Message,
+        out: list[MoqtEvent],
+    ) -> None:
+        if isinstance(entry, ControlStreamParser):  # the peer's new stream: its request
+            if not isinstance(msg, SubscribeNamespace):
+                raise ProtocolViolation(f"{type(msg).__name__} opened a bidirectional stream")
+            self.on_subscribe_namespace(msg, out, stream_id=stream_id)
+            self._streams[stream_id].parser = entry  # type: ignore[union-attr]
+            return
+        if entry.request_id in self._subns_in:
+            raise ProtocolViolation(f"{type(msg).__name__} after SUBSCRIBE_NAMESPACE on its stream")
+        if isinstance(msg, RequestOk | RequestErrorMessage):
+            if entry.answered:
+                raise ProtocolViolation("a second answer on a SUBSCRIBE_NAMESPACE stream")
+            entry.answered = True
+            if isinstance(msg, RequestOk):
+                self.on_subscribe_namespace_ok(from_request_ok(msg, SubscribeNamespaceOk), out)
+            else:
+                err = from_request_error(msg, SubscribeNamespaceError)
+                self.on_subscribe_namespace_error(err, out)
+            return
+        if not isinstance(msg, Namespace | NamespaceDone) or not entry.answered:
+            raise ProtocolViolation(f"{type(msg).__name__} on a SUBSCRIBE_NAMESPACE stream")
+        if entry.request_id not in self._subns_out:
+            return  # we unsubscribed: the stream is closing
+        namespace = entry.namespace + msg.track_namespace_suffix
+        if isinstance(msg, Namespace):
+            entry.reported.add(namespace)
+            out.append(NamespaceReceived(request_id=entry.request_id, track_namespace=namespace))
+            return
+        if namespace not in entry.reported:
+            raise ProtocolViolation("NAMESPACE_DONE before its NAMESPACE (d16 §9.25)")
+        entry.reported.discard(namespace)
+        out.append(NamespaceDoneReceived(request_id=entry.request_id, track_namespace=namespace))
+
+    def _on_stream_end(self, stream_id: int, out: list[MoqtEvent]) -> None:
+        entry = self._streams.pop(stream_id, None)
+        if not isinstance(entry, NamespaceRecord):
+            return  # a stream that ended before its request was complete: nothing opened
+        if entry.request_id in self._subns_in:  # the subscriber cancelled (d16 §9.25)
+            entry.machine.apply(NamespaceInput.RECV_DONE)
+            self._drop_ns(self._subns_in, entry)
+            out.append(
+                UnsubscribedNamespace(
+                    track_namespace_prefix=entry.namespace, request_ids=(entry.request_id,)
+                )
+            )
+        elif entry.request_id in self._subns_out:  # the publisher ended ours
+            if not entry.answered:
+                raise ProtocolViolation("SUBSCRIBE_NAMESPACE stream ended without an answer")
+            self._subns_out.pop(entry.request_id, None)
+        self._close_stream(entry)
+
+    def _close_stream(self, rec: NamespaceRecord) -> None:
+        """End our half of a draft-16 SUBSCRIBE_NAMESPACE stream (FIN)."""
+        if rec.stream_id is None:
+            return
+        sid, rec.stream_id = rec.stream_id, None
+        self._finish_stream(sid)
+
+    def _finish_stream(self, stream_id: int) -> None:
+        try:
+            self._flow.quic.send_stream_data(stream_id, b"", end_stream=True)
+        except (RuntimeError, ValueError):  # the peer's STOP_SENDING already reset our half
+            pass
+
+    def _parser(self) -> ControlStreamParser:
+        return ControlStreamParser(version=DRAFT_16, allow_empty_namespace_prefix=True)
 
     # ------------------------------------------------------------ records
 

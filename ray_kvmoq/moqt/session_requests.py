@@ -30,7 +30,6 @@ from .codec import (
     TrackStatusError,
     TrackStatusOk,
 )
-from .codec.control import encode_control
 from .codec.errors import LocalProtocolError, ProtocolViolation
 from .codec.types import FetchErrorCode, FetchType, FilterType, GroupOrder, StreamResetCode
 from .events import (
@@ -182,7 +181,7 @@ class Requests:
     ) -> None:
         """Answer the peer's FETCH with FETCH_OK; ``end`` is the end location plus one."""
         rec = self._fetch_rec(self.fetch_in, request_id)
-        data = encode_control(
+        data = self._flow.encode(
             FetchOk(
                 request_id=request_id,
                 group_order=group_order,
@@ -196,7 +195,7 @@ class Requests:
     def reject_fetch(self, request_id: int, error_code: int, reason: str = "") -> None:
         """Answer the peer's FETCH with FETCH_ERROR (reset its stream first if one is open)."""
         rec = self._fetch_rec(self.fetch_in, request_id)
-        data = encode_control(
+        data = self._flow.encode(
             FetchError(request_id=request_id, error_code=error_code, reason=reason)
         )
         if rec.stream_id is not None and rec.machine.state is FetchState.PENDING_STREAMING:
@@ -212,6 +211,15 @@ class Requests:
     def _drop_served_fetch(self, rec: FetchRecord) -> None:
         self.fetch_in.pop(rec.request_id, None)
         self._flow.peer_request_done(rec.request_id)
+
+    def answers(self, rid: int) -> tuple[type, type | None] | None:
+        """Draft-16 answer routing: the (error, OK) answer classes of *our* request ``rid``
+        if this role owns it (FETCH has no REQUEST_OK)."""
+        if rid in self.fetch_out:
+            return FetchError, None
+        if rid in self._ts_out:
+            return TrackStatusError, TrackStatusOk
+        return None
 
     def _fetch_rec(self, table: dict[int, FetchRecord], request_id: int) -> FetchRecord:
         rec = table.get(request_id)
@@ -339,12 +347,12 @@ class Requests:
             largest=largest,
             parameters=parameters if parameters is not None else _NO_PARAMS,
         )
-        self._answer_track_status(request_id, TrackStatusInput.SEND_OK, encode_control(msg))
+        self._answer_track_status(request_id, TrackStatusInput.SEND_OK, self._flow.encode(msg))
 
     def track_status_error(self, request_id: int, error_code: int, reason: str = "") -> None:
         """Answer the peer's TRACK_STATUS with TRACK_STATUS_ERROR."""
         msg = TrackStatusError(request_id=request_id, error_code=error_code, reason=reason)
-        self._answer_track_status(request_id, TrackStatusInput.SEND_ERROR, encode_control(msg))
+        self._answer_track_status(request_id, TrackStatusInput.SEND_ERROR, self._flow.encode(msg))
 
     def _answer_track_status(self, request_id: int, inp: TrackStatusInput, data: bytes) -> None:
         rec = self._ts_in.get(request_id)

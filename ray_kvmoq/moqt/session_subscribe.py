@@ -34,15 +34,24 @@ from .codec import (
     PublishDone,
     PublishError,
     PublishOk,
+    RequestOk,
+    RequestUpdate,
     Subscribe,
     SubscribeError,
     SubscribeOk,
     SubscribeUpdate,
     Unsubscribe,
 )
-from .codec.control import encode_control
 from .codec.errors import DuplicateTrackAlias, LocalProtocolError, ProtocolViolation
-from .codec.types import FilterType, GroupOrder, PublishDoneCode
+from .codec.subscribe import filter_bytes, read_filter_param
+from .codec.types import (
+    DRAFT_14,
+    FilterType,
+    GroupOrder,
+    MessageParameterD16,
+    PublishDoneCode,
+    SubscribeErrorCode,
+)
 from .events import (
     MoqtEvent,
     PublishAccepted,
@@ -110,9 +119,12 @@ class Subscriptions:
         Publish: "on_publish",
         PublishOk: "on_publish_ok",
         PublishError: "on_publish_error",
+        RequestUpdate: "on_request_update",
     }
     """Handler method of each control message this role receives."""
-    REQUESTS: ClassVar[frozenset[type]] = frozenset((Subscribe, SubscribeUpdate, Publish))
+    REQUESTS: ClassVar[frozenset[type]] = frozenset(
+        (Subscribe, SubscribeUpdate, Publish, RequestUpdate)
+    )
     """Messages that open a request (their handlers validate the request id, d14 §9.1)."""
 
     def __init__(self, flow: RequestFlow) -> None:
@@ -131,6 +143,8 @@ class Subscriptions:
         self._next_alias = 0
         self.lingering: dict[int, float] = {}
         """Request id -> deadline for data streams still in flight after PUBLISH_DONE."""
+        self._updates: OrderedDict[int, None] = OrderedDict()
+        """Draft-16: our REQUEST_UPDATEs still unanswered (bounded by ``RETIRED_MAX``)."""
 
     # ------------------------------------------------------------ subscriber: commands
 
@@ -184,15 +198,24 @@ class Subscriptions:
         forward: bool = True,
         parameters: MessageParameters | None = None,
     ) -> int:
-        """Narrow subscription ``request_id`` (SUBSCRIBE_UPDATE); returns the update's new id.
+        """Change subscription ``request_id``; returns the update's new request id.
 
-        ``end_group`` is inclusive (None = open-ended). Widening raises LocalProtocolError.
+        ``end_group`` is inclusive (None = open-ended). Draft-14 (SUBSCRIBE_UPDATE, d14 §9.10)
+        only narrows: widening raises LocalProtocolError. Draft-16 (REQUEST_UPDATE, d16 §9.11)
+        may widen; the new range, priority and forward go as SUBSCRIPTION_FILTER,
+        SUBSCRIBER_PRIORITY and FORWARD parameters, and the publisher's REQUEST_OK /
+        REQUEST_ERROR is consumed by the session (a failed update also ends the subscription
+        with PUBLISH_DONE, which is reported as usual).
         """
         rec = self.subs_out.get(request_id)
         if rec is None:
             raise LocalProtocolError(f"no subscription with request id {request_id}")
         if not rec.machine.allows(SubscriberSubInput.SEND_UPDATE):
             rec.machine.apply(SubscriberSubInput.SEND_UPDATE)  # raises with the state name
+        if self._flow.version != DRAFT_14:
+            return self._request_update(
+                rec, start, end_group, subscriber_priority, forward, parameters
+            )
         _check_narrowing(rec.start, rec.end_group, start, end_group, LocalProtocolError)
         rid = self._flow.start_request(
             lambda rid: SubscribeUpdate(
@@ -208,6 +231,40 @@ class Subscriptions:
         rec.machine.apply(SubscriberSubInput.SEND_UPDATE)
         rec.start, rec.end_group = start, end_group
         return rid
+
+    def _request_update(
+        self,
+        rec: SubscriberRecord,
+        start: Location,
+        end_group: int | None,
+        priority: int,
+        forward: bool,
+        parameters: MessageParameters | None,
+    ) -> int:
+        kind = FilterType.ABSOLUTE_START if end_group is None else FilterType.ABSOLUTE_RANGE
+        params = parameters if parameters is not None else _NO_PARAMS
+        for key, value in (
+            (MessageParameterD16.SUBSCRIPTION_FILTER, filter_bytes(kind, start, end_group)),
+            (MessageParameterD16.SUBSCRIBER_PRIORITY, priority),
+            (MessageParameterD16.FORWARD, int(forward)),
+        ):
+            params = params.with_param(key, value)  # type: ignore[assignment]
+        rid = self._flow.start_request(
+            lambda rid: RequestUpdate(
+                request_id=rid, existing_request_id=rec.request_id, parameters=params
+            )
+        )
+        rec.machine.apply(SubscriberSubInput.SEND_UPDATE)
+        rec.filter_type, rec.start, rec.end_group = kind, start, end_group
+        self._updates[rid] = None
+        while len(self._updates) > RETIRED_MAX:
+            self._updates.popitem(last=False)
+        return rid
+
+    def take_update_answer(self, rid: int) -> bool:
+        """Draft-16: True (and forgotten) if ``rid`` is one of our REQUEST_UPDATEs, whose
+        REQUEST_OK / REQUEST_ERROR needs no further handling here."""
+        return self._updates.pop(rid, False) is None
 
     def unsubscribe(self, request_id: int) -> None:
         """Send UNSUBSCRIBE for our subscription (or an accepted PUBLISH)."""
@@ -243,7 +300,7 @@ class Subscriptions:
             end_group=end_group,
             parameters=parameters if parameters is not None else _NO_PARAMS,
         )
-        data = encode_control(msg)
+        data = self._flow.encode(msg)
         rec.machine.apply(SubscriberSubInput.SEND_PUBLISH_OK)
         rec.filter_type, rec.end_group = filter_type, end_group
         rec.start = start if filter_type.has_start else rec.start
@@ -252,7 +309,7 @@ class Subscriptions:
     def publish_error(self, request_id: int, error_code: int, reason: str = "") -> None:
         """Refuse the peer's PUBLISH (PUBLISH_ERROR)."""
         rec = self._subscriber(request_id)
-        data = encode_control(
+        data = self._flow.encode(
             PublishError(request_id=request_id, error_code=error_code, reason=reason)
         )
         rec.machine.apply(SubscriberSubInput.SEND_PUBLISH_ERROR)
@@ -287,7 +344,7 @@ class Subscriptions:
             largest=largest,
             parameters=parameters if parameters is not None else _NO_PARAMS,
         )
-        data = encode_control(msg)
+        data = self._flow.encode(msg)
         rec.machine.apply(PublisherSubInput.SEND_SUBSCRIBE_OK)
         rec.track_alias, rec.largest, rec.accepted = alias, largest, True
         rec.start = resolve_start(rec.filter_type, rec.start, largest)
@@ -298,7 +355,7 @@ class Subscriptions:
     def reject_subscribe(self, request_id: int, error_code: int, reason: str = "") -> None:
         """Answer the peer's SUBSCRIBE with SUBSCRIBE_ERROR."""
         rec = self._publisher(request_id)
-        data = encode_control(
+        data = self._flow.encode(
             SubscribeError(request_id=request_id, error_code=error_code, reason=reason)
         )
         rec.machine.apply(PublisherSubInput.SEND_SUBSCRIBE_ERROR)
@@ -363,7 +420,7 @@ class Subscriptions:
         rec = self._publisher(request_id)
         unanswered = rec.machine.state is PublisherSubState.OFFERED
         count = rec.streams_opened if stream_count is None else stream_count
-        data = encode_control(
+        data = self._flow.encode(
             PublishDone(
                 request_id=request_id, status_code=status_code, stream_count=count, reason=reason
             )
@@ -375,6 +432,15 @@ class Subscriptions:
             self._flow.abandon(request_id)  # a PUBLISH_OK/ERROR may cross our PUBLISH_DONE
 
     # ------------------------------------------------------------ helpers
+
+    def answers(self, rid: int) -> tuple[type, type | None] | None:
+        """Draft-16 answer routing: the (error, OK) answer classes of *our* request ``rid``
+        if this role owns it (SUBSCRIBE and PUBLISH have no REQUEST_OK)."""
+        if rid in self.subs_out:
+            return SubscribeError, None
+        if rid in self.subs_in:
+            return PublishError, None
+        return None
 
     def _subscriber(self, request_id: int) -> SubscriberRecord:
         rec = self.subs_out.get(request_id)
@@ -542,6 +608,49 @@ class Subscriptions:
             )
         )
 
+    def on_request_update(self, msg: RequestUpdate, out: list[MoqtEvent]) -> None:
+        """Draft-16 REQUEST_UPDATE (d16 §9.11). For a subscription we publish (the peer's
+        SUBSCRIBE, or our PUBLISH): the FORWARD,
+        SUBSCRIBER_PRIORITY and SUBSCRIPTION_FILTER it carries replace the current ones (it may
+        widen, unlike SUBSCRIBE_UPDATE), answered with REQUEST_OK. For any other request of
+        the peer's (FETCH, namespaces, TRACK_STATUS) we change nothing and answer REQUEST_ERROR
+        NOT_SUPPORTED; an Existing Request ID that never existed is a PROTOCOL_VIOLATION."""
+        self._flow.accept_peer_request_id(msg.request_id)
+        existing = msg.existing_request_id
+        if not self._flow.issued(existing):
+            raise ProtocolViolation(f"REQUEST_UPDATE names request id {existing}, never used")
+        rec = self.subs_in.get(existing)  # the peer's SUBSCRIBE, or our PUBLISH it accepted
+        if rec is None or not rec.machine.allows(PublisherSubInput.RECV_UPDATE):
+            self._flow.send_control(
+                SubscribeError(
+                    request_id=msg.request_id,
+                    error_code=SubscribeErrorCode.NOT_SUPPORTED,
+                    reason="REQUEST_UPDATE of this request is not supported",
+                )
+            )
+            self._flow.peer_request_done(msg.request_id)
+            return
+        forward, priority, filt = _update_params(msg.parameters)
+        rec.machine.apply(PublisherSubInput.RECV_UPDATE)
+        if filt is not None:
+            rec.filter_type, rec.end_group = filt[0], filt[2]
+            rec.start = resolve_start(filt[0], filt[1], rec.largest)
+        if forward is not None:
+            rec.forward = forward
+        self._flow.send_control(RequestOk(request_id=msg.request_id))
+        self._flow.peer_request_done(msg.request_id)
+        out.append(
+            SubscribeUpdated(
+                request_id=rec.request_id,
+                update_request_id=msg.request_id,
+                start=rec.start if rec.start is not None else Location(0, 0),
+                end_group=rec.end_group,
+                subscriber_priority=128 if priority is None else priority,
+                forward=rec.forward,
+                parameters=msg.parameters,
+            )
+        )
+
     def on_unsubscribe(self, msg: Unsubscribe, out: list[MoqtEvent]) -> None:
         rec = self.subs_in.get(msg.request_id)
         if rec is None:
@@ -653,6 +762,24 @@ class Subscriptions:
             machine=StateMachine(SUBSCRIPTION_PUBLISHER, state),
             **kwargs,  # type: ignore[arg-type]
         )
+
+
+def _update_params(
+    params: MessageParameters,
+) -> tuple[bool | None, int | None, tuple[FilterType, Location | None, int | None] | None]:
+    """FORWARD, SUBSCRIBER_PRIORITY and SUBSCRIPTION_FILTER of a draft-16 REQUEST_UPDATE
+    (None: absent, unchanged); a malformed one is a PROTOCOL_VIOLATION (d16 §9.11)."""
+    forward = params.get(MessageParameterD16.FORWARD)
+    priority = params.get(MessageParameterD16.SUBSCRIBER_PRIORITY)
+    raw_filter = params.get(MessageParameterD16.SUBSCRIPTION_FILTER)
+    if forward is not None and forward not in (0, 1):
+        raise ProtocolViolation(f"REQUEST_UPDATE FORWARD {forward!r} is not 0 or 1")
+    if priority is not None and (not isinstance(priority, int) or priority > 255):
+        raise ProtocolViolation(f"REQUEST_UPDATE SUBSCRIBER_PRIORITY {priority!r} out of range")
+    if raw_filter is not None and not isinstance(raw_filter, bytes):
+        raise ProtocolViolation("REQUEST_UPDATE SUBSCRIPTION_FILTER must be length-prefixed")
+    filt = None if raw_filter is None else read_filter_param(raw_filter)
+    return None if forward is None else bool(forward), priority, filt
 
 
 def _check_narrowing(

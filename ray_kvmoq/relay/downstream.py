@@ -75,7 +75,8 @@ def _is_prefix(prefix: tuple[bytes, ...], namespace: tuple[bytes, ...]) -> bool:
 
 class NamespaceHub:
     """Announcements between sessions: a SUBSCRIBE_NAMESPACE sees every matching namespace a
-    publisher announced (now and later) as a PUBLISH_NAMESPACE (draft-14 §8 routing)."""
+    publisher announced (now and later): as a PUBLISH_NAMESPACE on draft-14 (d14 §8 routing),
+    as a NAMESPACE on the subscription's own stream on draft-16 (d16 §9.21)."""
 
     def __init__(self) -> None:
         self.announced: dict[tuple[bytes, ...], set[api.MoqtConnection]] = {}
@@ -120,7 +121,7 @@ class NamespaceHub:
         async def send() -> None:
             await asyncio.sleep(0)  # after the SUBSCRIBE_NAMESPACE_OK goes out
             with contextlib.suppress(api.MoqtApiError, TimeoutError):
-                await session.publish_namespace(namespace)
+                await session.announce_namespace(namespace)
 
         task = asyncio.get_running_loop().create_task(send())
         self._tasks.add(task)

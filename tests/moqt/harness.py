@@ -99,16 +99,26 @@ class Harness:
         setup: bool = True,
         max_stream_data: int | None = None,
         raw_server: bool = False,
+        client_alpns: tuple[str, ...] = (ALPN,),
+        server_alpns: tuple[str, ...] = (ALPN,),
     ) -> None:
+        """``client_alpns`` / ``server_alpns``: the ALPNs each side offers (``moqt-16`` on
+        both makes a draft-16 session; the default is draft-14's ``moq-00``)."""
         self.now = 0.0
         cert, key = _server_credentials()
-        common: dict[str, Any] = dict(alpn_protocols=[ALPN], max_datagram_frame_size=65536)
+        common: dict[str, Any] = dict(max_datagram_frame_size=65536)
         if max_stream_data is not None:
             common.update(max_data=4 * max_stream_data, max_stream_data=max_stream_data)
-        cconf = QuicConfiguration(is_client=True, **common)
+        cconf = QuicConfiguration(is_client=True, alpn_protocols=list(client_alpns), **common)
         cconf.verify_mode = ssl.CERT_NONE
         cconf.server_name = "localhost"
-        sconf = QuicConfiguration(is_client=False, certificate=cert, private_key=key, **common)
+        sconf = QuicConfiguration(
+            is_client=False,
+            certificate=cert,
+            private_key=key,
+            alpn_protocols=list(server_alpns),
+            **common,
+        )
         cquic = QuicConnection(configuration=cconf)
         squic = QuicConnection(
             configuration=sconf,

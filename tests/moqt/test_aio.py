@@ -21,7 +21,7 @@ from aioquic.quic.packet import pull_quic_transport_parameters, push_quic_transp
 from cryptography import x509
 
 from ray_kvmoq.moqt.aio import (
-    MOQT_ALPN,
+    MOQT_ALPNS,
     FastQuicProtocol,
     connect_quic,
     serve_quic,
@@ -87,7 +87,7 @@ def test_quic_configuration_from_settings(tmp_path: Path) -> None:
     server = TransportConfig(
         certfile=str(paths.certfile), keyfile=str(paths.keyfile)
     ).quic_configuration(is_client=False)
-    assert server.alpn_protocols == [MOQT_ALPN]
+    assert server.alpn_protocols == list(MOQT_ALPNS)
     assert server.max_datagram_size == SMALLEST_MAX_DATAGRAM_SIZE  # the handshake stays small
     san = server.certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName)
     assert "node1.local" in san.value.get_values_for_type(x509.DNSName)

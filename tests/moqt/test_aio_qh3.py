@@ -10,20 +10,26 @@ import os
 import pytest
 
 from ray_kvmoq.moqt import api
-from ray_kvmoq.moqt.aio import TransportConfig, resolve_backend
+from ray_kvmoq.moqt.aio import MOQT_ALPN, MOQT_ALPNS, TransportConfig, resolve_backend
 from ray_kvmoq.moqt.certs import self_signed
-from ray_kvmoq.moqt.codec import Location
+from ray_kvmoq.moqt.codec import DRAFT_14, DRAFT_16, Location
 
 qh3 = pytest.importorskip("qh3")
 
 NS, TRACK = "bench/qh3", "t"
 
 
-async def _fetch_all(server_be: str, client_be: str, datagram: int, groups: int = 6) -> dict:
+async def _fetch_all(
+    server_be: str,
+    client_be: str,
+    datagram: int,
+    groups: int = 6,
+    client_alpns: tuple[str, ...] = MOQT_ALPNS,
+) -> dict:
     leaf = self_signed()
     common = {"max_datagram_size": datagram, "socket_buffer": 256 << 10}
     srv = TransportConfig(backend=server_be, cert_pem=leaf.cert_pem, key_pem=leaf.key_pem, **common)
-    cli = TransportConfig(backend=client_be, cadata=leaf.ca_pem, **common)
+    cli = TransportConfig(backend=client_be, cadata=leaf.ca_pem, alpns=client_alpns, **common)
     track = api.MemoryTrack(max_groups=64)
     payloads = [os.urandom(300_000 + 7 * g) for g in range(groups)]
     server = await api.serve(
@@ -45,6 +51,7 @@ async def _fetch_all(server_be: str, client_be: str, datagram: int, groups: int 
                 "groups": [g.group_id for g in got],
                 "client_size": c.protocol.datagram_size,
                 "server_sizes": server_sizes,
+                "versions": {c.session.version} | {s.session.version for s in server.sessions},
             }
     finally:
         server.close()
@@ -59,6 +66,16 @@ def test_fetch_is_bit_exact_between_qh3_and_either_library(
 ) -> None:
     out = asyncio.run(asyncio.wait_for(_fetch_all(server_be, client_be, datagram), 60))
     assert out["sha"] == out["want"] and out["groups"] == list(range(6))
+    assert out["versions"] == {DRAFT_16}  # both offer moqt-16 first
+
+
+@pytest.mark.parametrize("server_be,client_be", [("qh3", "qh3"), ("aioquic", "qh3")])
+def test_qh3_peer_offering_only_moq00_fetches_bit_exact_over_draft14(
+    server_be: str, client_be: str
+) -> None:
+    run = _fetch_all(server_be, client_be, 9000, client_alpns=(MOQT_ALPN,))
+    out = asyncio.run(asyncio.wait_for(run, 60))
+    assert out["sha"] == out["want"] and out["versions"] == {DRAFT_14}
 
 
 def test_qh3_sends_at_most_16384_byte_datagrams_and_accepts_larger_ones() -> None:

@@ -68,6 +68,7 @@ from ray_kvmoq.moqt.codec.streams import (
     SubgroupHeaderParsed,
 )
 from ray_kvmoq.moqt.codec.streams16 import (
+    DataStreamParser16,
     FetchObjectWriter16,
     FetchRangeEnded,
     StreamParser16,
@@ -778,11 +779,18 @@ def _encode_stream(events: list[object]) -> bytes:
     return bytes(out)
 
 
+PARSERS16 = pytest.mark.parametrize(
+    "parser_cls", [StreamParser16, DataStreamParser16], ids=["reference", "fast"]
+)
+"""Both draft-16 stream parsers must agree on every vector and every malformed stream."""
+
+
+@PARSERS16
 @pytest.mark.parametrize(("label", "hexstr", "events"), STREAMS, ids=[s[0] for s in STREAMS])
-def test_stream_vector(label: str, hexstr: str, events: list[object]) -> None:
+def test_stream_vector(label: str, hexstr: str, events: list[object], parser_cls: type) -> None:
     wire = _wire(hexstr)
-    assert StreamParser16().feed(wire, fin=True) == events
-    parser = StreamParser16()
+    assert parser_cls().feed(wire, fin=True) == events
+    parser = parser_cls()
     got = [e for i in range(len(wire)) for e in parser.feed(wire[i : i + 1])]
     assert got + parser.feed(b"", fin=True) == events
     assert _encode_stream(events) == wire
@@ -818,13 +826,14 @@ BAD_STREAMS: list[tuple[str, bytes, bool, type[BaseException]]] = [
 ]
 
 
+@PARSERS16
 @pytest.mark.parametrize(
     ("label", "wire", "fin", "exc"), BAD_STREAMS, ids=[b[0] for b in BAD_STREAMS]
 )
 def test_malformed_stream_draft16(
-    label: str, wire: bytes, fin: bool, exc: type[BaseException]
+    label: str, wire: bytes, fin: bool, exc: type[BaseException], parser_cls: type
 ) -> None:
-    parser = StreamParser16()
+    parser = parser_cls()
     with pytest.raises(BaseException) as info:
         parser.feed(wire, fin=fin)
     assert type(info.value) is exc, f"{label}: {info.value!r}"
@@ -833,12 +842,21 @@ def test_malformed_stream_draft16(
         parser.feed(b"x")  # a failed parser stays failed
 
 
-def test_stream_caps_draft16() -> None:
+@PARSERS16
+def test_stream_caps_draft16(parser_cls: type) -> None:
     with pytest.raises(ObjectTooLarge) as info:
-        StreamParser16(max_object_size=8).feed(_wire("14 02 00 00 00 00 09"))
+        parser_cls(max_object_size=8).feed(_wire("14 02 00 00 00 00 09"))
     assert info.value.error_code == SessionError.INTERNAL_ERROR
     with pytest.raises(ObjectTooLarge):
-        StreamParser16(max_extensions_size=1).feed(_SG + _wire("00 02"))
+        parser_cls(max_extensions_size=1).feed(_SG + _wire("00 02"))
+
+
+def _fast_parser_agrees(wire: bytes, events: list[object]) -> None:
+    """The zero-copy parser yields the reference's events, whole and byte by byte."""
+    assert DataStreamParser16().feed(wire, fin=True) == events
+    parser = DataStreamParser16()
+    got = [e for i in range(len(wire)) for e in parser.feed(wire[i : i + 1])]
+    assert got + parser.feed(b"", fin=True) == events
 
 
 @settings(max_examples=200, deadline=None)
@@ -878,6 +896,7 @@ def test_subgroup_round_trip_draft16(objects: list, default_priority: bool) -> N
         want.append((object_id, payload, extensions))
         previous = object_id
     events = StreamParser16().feed(bytes(wire), fin=True)
+    _fast_parser_agrees(bytes(wire), events)
     objs = [e for e in events if isinstance(e, ObjectParsed)]
     assert [(o.object_id, o.payload, o.extensions) for o in objs] == want
     assert all(o.publisher_priority == (128 if default_priority else 7) for o in objs)
@@ -911,6 +930,7 @@ def test_fetch_round_trip_draft16(objects: list) -> None:
         )
         want.append((group, subgroup or 0, object_id, priority, payload))
     events = StreamParser16().feed(bytes(wire), fin=True)
+    _fast_parser_agrees(bytes(wire), events)
     got = [
         (e.group, e.subgroup, e.object_id, e.publisher_priority, e.payload)
         for e in events

@@ -1,7 +1,8 @@
 """Draft-16 codec against a real peer: moq-rs 0.5.1 (moq-dev) over ALPN ``moqt-16``.
 
-No session of ours speaks draft-16 yet, so these tests drive a raw aioquic connection with the
-draft-16 codec alone (``encode_control(..., version=DRAFT_16)``, ``StreamParser16``'s
+These tests check the codec below the session: they drive a raw aioquic connection with the
+draft-16 codec alone (the sessions' draft-16 interop is in ``test_interop_moqrs.py`` and
+``tests/relay/test_interop.py``) (``encode_control(..., version=DRAFT_16)``, ``StreamParser16``'s
 encoders): what moq-rs sends must decode, and what we encode must be understood well enough for
 moq-rs to answer and to relay our objects to its own subscriber intact.
 

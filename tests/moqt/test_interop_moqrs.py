@@ -1,14 +1,17 @@
 """Interop with moq-dev's Rust stack (PyPI ``moq-rs`` / ``moq-ffi``; ``moq.Server`` is a relay).
 
-Matrix (all raw QUIC, ALPN ``moq-00``, draft-14, on 127.0.0.1):
+Matrix (raw QUIC on 127.0.0.1), each direction once per version: draft-14 (our peers offer only
+ALPN ``moq-00``) and draft-16 (only ``moqt-16``); the negotiated version each of our peers
+reports on stderr is checked too:
 
-1. our publisher (``kvmoq pub``) -> moq-rs relay -> our subscriber (``kvmoq sub``)
+1. our publisher (``kvmoq pub``) -> moq-rs relay -> our subscriber (``kvmoq sub``), also with
+   the publisher and the subscriber on different versions (the relay translates);
 2. moq-rs publisher -> moq-rs relay -> our subscriber
 3. our publisher -> moq-rs relay -> moq-rs subscriber
 
-Each moq-rs peer runs in its own process (this module run as a script, see ``_main``) under a
-hard ``timeout`` and is stopped by PID; every check compares group ids, object ids and payload
-digests end to end. The relay speaks draft-14 to us because we only offer ``moq-00``.
+and our peer offering both ALPNs gets draft-16 from moq-rs. Each moq-rs peer runs in its own
+process (this module run as a script, see ``_main``) under a hard ``timeout`` and is stopped by
+PID; every check compares group ids, object ids and payload digests end to end.
 """
 
 from __future__ import annotations
@@ -109,6 +112,9 @@ def relay() -> Iterator[str]:
         _stop(proc)
 
 
+DRAFTS = pytest.mark.parametrize("draft", ["14", "16"], ids=["d14", "d16"])
+
+
 def _kvmoq_sub(url: str, *extra: str) -> subprocess.Popen[str]:
     return _spawn(
         [
@@ -155,7 +161,8 @@ def _kvmoq_pub(
     )
 
 
-def _wait_announced(pub: subprocess.Popen[str], timeout: float = 20) -> None:
+def _wait_announced(pub: subprocess.Popen[str], timeout: float = 20) -> str:
+    """Wait for ``kvmoq pub`` to announce; returns the line (it names the negotiated draft)."""
     assert pub.stderr is not None
     deadline = time.monotonic() + timeout
     seen = []
@@ -163,44 +170,63 @@ def _wait_announced(pub: subprocess.Popen[str], timeout: float = 20) -> None:
         line = pub.stderr.readline()
         seen.append(line)
         if "announced" in line:
-            return
+            return line
         if not line and pub.poll() is not None:
             break
     out, err = _stop(pub)
     raise AssertionError(f"publisher did not announce: {out}\n{''.join(seen)}{err}")
 
 
-def test_ours_to_relay_to_ours(relay: str) -> None:
+@pytest.mark.parametrize(
+    ("pub_draft", "sub_draft"),
+    [("14", "14"), ("16", "16"), ("16", "14"), ("14", "16")],
+    ids=["d14", "d16", "pub16-sub14", "pub14-sub16"],
+)
+def test_ours_to_relay_to_ours(relay: str, pub_draft: str, sub_draft: str) -> None:
     # We ask for 60 KB datagrams; moq-rs advertises max_udp_payload_size 1472, and the
     # fast path must fall back to it (aioquic alone would ignore the limit).
-    pub = _kvmoq_pub(relay, 3, 4, 3000, "--datagram-size", "60000")
+    pub = _kvmoq_pub(relay, 3, 4, 3000, "--datagram-size", "60000", "--draft", pub_draft)
     try:
-        _wait_announced(pub)
-        sub = _kvmoq_sub(relay, "--max-objects", "12", "--datagram-size", "60000")
+        assert f"(draft-{pub_draft})" in _wait_announced(pub)
+        sub = _kvmoq_sub(
+            relay, "--max-objects", "12", "--datagram-size", "60000", "--draft", sub_draft
+        )
         out, err = sub.communicate(timeout=40)
         assert sub.returncode == 0, err
+        assert f"receiving (draft-{sub_draft})" in err
     finally:
         _stop(pub)
     _check(out, 3, 4, 3000)
 
 
-def test_moqrs_publisher_to_relay_to_ours(relay: str) -> None:
+def test_our_peer_offering_both_alpns_gets_draft16_from_moqrs(relay: str) -> None:
+    pub = _kvmoq_pub(relay, 1, 1, 100, "--draft", "all", "--wait", "1")
+    try:
+        assert "(draft-16)" in _wait_announced(pub)
+    finally:
+        _stop(pub)
+
+
+@DRAFTS
+def test_moqrs_publisher_to_relay_to_ours(relay: str, draft: str) -> None:
     pub = _spawn([*PEER, "publish", relay, "3", "4", "2500"], 45)
     try:
         _wait_line(pub, "ANNOUNCED", 20)
-        sub = _kvmoq_sub(relay, "--max-objects", "12")
+        sub = _kvmoq_sub(relay, "--max-objects", "12", "--draft", draft)
         out, err = sub.communicate(timeout=40)
         assert sub.returncode == 0, err
+        assert f"receiving (draft-{draft})" in err
     finally:
         _stop(pub)
     _check(out, 3, 4, 2500)
 
 
-def test_ours_to_relay_to_moqrs_subscriber(relay: str) -> None:
+@DRAFTS
+def test_ours_to_relay_to_moqrs_subscriber(relay: str, draft: str) -> None:
     # moq-dev subscribers start at the latest group: publish groups apart so each one is live.
-    pub = _kvmoq_pub(relay, 3, 4, 2000, "--interval", "0.3")
+    pub = _kvmoq_pub(relay, 3, 4, 2000, "--interval", "0.3", "--draft", draft)
     try:
-        _wait_announced(pub)
+        assert f"(draft-{draft})" in _wait_announced(pub)
         sub = _spawn([*PEER, "subscribe", relay, "12"], 40)
         out, err = sub.communicate(timeout=40)
         assert sub.returncode == 0, err

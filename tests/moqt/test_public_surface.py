@@ -48,6 +48,7 @@ CODEC = [
     "DataEvent",
     "DataEvent16",
     "DataStreamParser",
+    "DataStreamParser16",
     "DataStreamTimeout",
     "DataStreamType",
     "DatagramType",
@@ -163,6 +164,7 @@ CODEC = [
     "encode_subgroup_object",
     "encode_subgroup_object_16",
     "encode_subgroup_object_header",
+    "encode_subgroup_object_header_16",
     "encode_varint",
     "read_control_frame",
 ]
@@ -285,11 +287,13 @@ FAMILIES: dict[str, list[str]] = {
     ],
     "streams16": [
         "DataEvent16",
+        "DataStreamParser16",
         "FetchObjectWriter16",
         "FetchRangeEnded",
         "StreamParser16",
         "encode_subgroup_header_16",
         "encode_subgroup_object_16",
+        "encode_subgroup_object_header_16",
     ],
     "datagrams": [
         "ObjectDatagram",

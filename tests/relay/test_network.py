@@ -13,7 +13,14 @@ import pytest
 
 from ray_kvmoq.moqt import api
 from ray_kvmoq.moqt.api import MemoryTrack, SessionConfig, TrackServer, TransportConfig
-from ray_kvmoq.moqt.codec import AuthToken, FilterType, Location, ObjectStatus, TokenAliasType
+from ray_kvmoq.moqt.codec import (
+    DRAFT_16,
+    AuthToken,
+    FilterType,
+    Location,
+    ObjectStatus,
+    TokenAliasType,
+)
 from ray_kvmoq.relay.auth import TokenSigner, TokenVerifier
 from ray_kvmoq.relay.downstream import serve_plain_relay
 
@@ -163,6 +170,8 @@ async def test_relays_sharing_a_secret_trust_each_other_and_strangers_do_not() -
             if ok:  # same secret: B verifies A's leaf against its own copy of the CA
                 got = await asyncio.wait_for(b.get_group(NS, TR, 0), 10)
                 assert [bytes(o.payload) for o in got] == [b"kv"]
+                # Both relays offer moqt-16 before moq-00: they speak draft-16.
+                assert {p.conn.session.version for p in nb.pool._peers.values()} == {DRAFT_16}
             else:  # another cluster's CA: the TLS handshake fails, nothing is served
                 with pytest.raises(RelayError):
                     await asyncio.wait_for(b.get_group(NS, TR, 0), 20)

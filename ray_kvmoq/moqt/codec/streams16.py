@@ -14,10 +14,11 @@ What differs from draft-14 (:mod:`.streams`, :mod:`.streams_encode`):
   objects and carry a Group ID and an Object ID only. A first object that refers to a prior
   one is a PROTOCOL_VIOLATION. Fetch objects have no Object Status.
 
-The parser trades the draft-14 parser's zero-copy fast path for simplicity: it buffers the
-stream and parses whole objects once their declared length has arrived (draft-16 is not
-negotiated by any session yet). It emits the events of :mod:`.streams` plus
-:class:`FetchRangeEnded`, enforces the same caps, and stays failed after an error.
+Two parsers, same events (those of :mod:`.streams` plus :class:`FetchRangeEnded`), same caps,
+same errors, both failed for good after one: :class:`DataStreamParser16` is the one sessions
+use, draft-14's zero-copy :class:`~.streams.DataStreamParser` with draft-16's header, object
+and fetch-object rules (each payload copied once, only partial object headers buffered);
+:class:`StreamParser16` is the plain buffered reference it is checked against.
 """
 
 from __future__ import annotations
@@ -35,21 +36,31 @@ from .errors import (
 from .streams import (
     DEFAULT_MAX_EXTENSIONS_SIZE,
     DataEvent,
+    DataStreamParser,
     FetchHeaderParsed,
     ObjectParsed,
     StreamFinished,
     SubgroupHeaderParsed,
 )
-from .types import DEFAULT_MAX_OBJECT_SIZE, DataStreamType, ObjectStatus, SubgroupIdMode
-from .wire import KeyValuePairs, Reader, encode_kvps, encode_varint
+from .types import (
+    DEFAULT_MAX_OBJECT_SIZE,
+    DRAFT_14,
+    MAX_VARINT,
+    DataStreamType,
+    ObjectStatus,
+    SubgroupIdMode,
+)
+from .wire import KeyValuePairs, Reader, decode_varint, encode_kvps, encode_varint
 
 __all__ = [
     "DataEvent16",
+    "DataStreamParser16",
     "FetchObjectWriter16",
     "FetchRangeEnded",
     "StreamParser16",
     "encode_subgroup_header_16",
     "encode_subgroup_object_16",
+    "encode_subgroup_object_header_16",
 ]
 
 _DEFAULT_PRIORITY = 0x20
@@ -121,13 +132,35 @@ def encode_subgroup_object_16(
     *,
     previous_id: int | None,
     object_id: int,
-    payload: bytes = b"",
+    payload: bytes | bytearray | memoryview = b"",
     status: ObjectStatus = ObjectStatus.NORMAL,
     extensions: KeyValuePairs = (),
     with_extensions: bool = False,
 ) -> bytes:
     """One object of a draft-16 subgroup stream (``previous_id``: the last object's ID on the
     stream, None for the first); ``with_extensions`` mirrors the header's EXTENSIONS bit."""
+    header = encode_subgroup_object_header_16(
+        previous_id=previous_id,
+        object_id=object_id,
+        payload_len=len(payload),
+        status=status,
+        extensions=extensions,
+        with_extensions=with_extensions,
+    )
+    return header + payload
+
+
+def encode_subgroup_object_header_16(
+    *,
+    previous_id: int | None,
+    object_id: int,
+    payload_len: int,
+    status: ObjectStatus = ObjectStatus.NORMAL,
+    extensions: KeyValuePairs = (),
+    with_extensions: bool = False,
+) -> bytes:
+    """The bytes of a draft-16 subgroup object that precede its payload (a large payload can
+    then go to the transport without being copied next to them)."""
     if previous_id is None:
         delta = object_id
     else:
@@ -136,17 +169,16 @@ def encode_subgroup_object_16(
             raise LocalProtocolError(f"object {object_id} does not follow {previous_id}")
     if int(status) not in _STATUSES:
         raise LocalProtocolError(f"object status {status!r} does not exist in draft-16")
-    if status is not ObjectStatus.NORMAL and (payload or extensions):
+    if status is not ObjectStatus.NORMAL and (payload_len or extensions):
         raise LocalProtocolError("a status object has no payload and no extensions")
     if extensions and not with_extensions:
         raise LocalProtocolError("extensions on a stream whose header has no EXTENSIONS bit")
     out = bytearray(encode_varint(delta))
     if with_extensions:
         out += _extensions_block(extensions)
-    out += encode_varint(len(payload))
-    if not payload:
+    out += encode_varint(payload_len)
+    if not payload_len:
         out += encode_varint(int(status))
-    out += payload
     return bytes(out)
 
 
@@ -173,10 +205,31 @@ class FetchObjectWriter16:
         subgroup: int | None,
         object_id: int,
         publisher_priority: int,
-        payload: bytes,
+        payload: bytes | bytearray | memoryview,
         extensions: KeyValuePairs = (),
     ) -> bytes:
         """One fetch object; ``subgroup=None`` marks a datagram object."""
+        header = self.object_header(
+            group=group,
+            subgroup=subgroup,
+            object_id=object_id,
+            publisher_priority=publisher_priority,
+            payload_len=len(payload),
+            extensions=extensions,
+        )
+        return header + payload
+
+    def object_header(
+        self,
+        *,
+        group: int,
+        subgroup: int | None,
+        object_id: int,
+        publisher_priority: int,
+        payload_len: int,
+        extensions: KeyValuePairs = (),
+    ) -> bytes:
+        """The bytes of one fetch object that precede its payload (see :meth:`object`)."""
         if not 0 <= publisher_priority <= 255:
             raise LocalProtocolError(f"publisher priority out of range: {publisher_priority}")
         first = self._group is None
@@ -207,7 +260,7 @@ class FetchObjectWriter16:
             fields += _extensions_block(extensions)
         self._group, self._subgroup, self._object = group, subgroup, object_id
         self._priority = publisher_priority
-        return encode_varint(flags) + bytes(fields) + encode_varint(len(payload)) + payload
+        return encode_varint(flags) + bytes(fields) + encode_varint(payload_len)
 
     def range_end(self, *, group: int, object_id: int, unknown: bool) -> bytes:
         """An End of Non-Existent / Unknown Range marker (d16 §10.4.4.2)."""
@@ -450,3 +503,243 @@ class StreamParser16:
             status=ObjectStatus.NORMAL,
             payload=payload,
         )
+
+
+# ---------------------------------------------------------------- fast parser
+
+_NORMAL = ObjectStatus.NORMAL
+_SUBGROUP_TYPES = frozenset(int(t) for t in DataStreamType if t.is_subgroup)
+_Fields = tuple[int, int, int, int, KeyValuePairs]
+
+
+def _extensions16(src: bytes | bytearray | memoryview, start: int, end: int) -> KeyValuePairs:
+    try:
+        return Reader(src, start, end).kvps_until_end(delta=True)
+    except NeedMoreData:
+        raise ProtocolViolation("extension headers overrun their declared length") from None
+
+
+class DataStreamParser16(DataStreamParser):
+    """Incremental parser of one draft-16 data stream on draft-14's zero-copy path.
+
+    Only the stream header, the object headers and the fetch-object compaction differ from
+    :class:`~.streams.DataStreamParser` (module docstring); the payload handling is inherited,
+    so draft-14 streams keep their own code untouched.
+    """
+
+    __slots__ = ("_prior",)
+
+    def __init__(
+        self,
+        *,
+        max_object_size: int = DEFAULT_MAX_OBJECT_SIZE,
+        max_extensions_size: int = DEFAULT_MAX_EXTENSIONS_SIZE,
+    ) -> None:
+        super().__init__(
+            version=DRAFT_14,
+            max_object_size=max_object_size,
+            max_extensions_size=max_extensions_size,
+        )
+        self._prior = False
+        """Fetch streams: an object (or range end) came before, so fields may refer to it."""
+        self._priority = -1  # fetch streams: no prior priority until an object carried one
+
+    def feed(self, data: bytes | bytearray | memoryview, *, fin: bool = False) -> list[DataEvent16]:  # type: ignore[override]
+        """Add stream bytes (and the FIN); return the events they complete."""
+        return super().feed(data, fin=fin)  # type: ignore[return-value]
+
+    def _parse(self, src: bytes | memoryview, events: list[DataEvent], *, mutable: bool) -> int:
+        pos = 0
+        if self._header is None:
+            try:
+                pos = self._parse_stream_header(src)
+            except NeedMoreData:
+                return 0
+            assert self._header is not None
+            events.append(self._header)
+        end = len(src)
+        parse_object = self._fetch_object if self._fetch else self._subgroup_object
+        while pos < end:
+            try:
+                hdr_end, payload_len, fields, status = parse_object(src, pos, end)
+            except NeedMoreData:
+                break
+            if payload_len < 0:  # an End of Range marker: no payload
+                group, _, object_id, unknown, _ = fields
+                ended = FetchRangeEnded(group=group, object_id=object_id, unknown=bool(unknown))
+                events.append(ended)  # type: ignore[arg-type]
+                pos = hdr_end
+                continue
+            avail = end - hdr_end
+            if payload_len <= avail:
+                stop = hdr_end + payload_len
+                group, subgroup, object_id, priority, extensions = fields
+                events.append(
+                    ObjectParsed(
+                        group=group,
+                        subgroup=subgroup,
+                        object_id=object_id,
+                        publisher_priority=priority,
+                        extensions=extensions,
+                        status=status,
+                        payload=bytes(src[hdr_end:stop]),
+                    )
+                )
+                pos = stop
+                continue
+            first = bytes(src[hdr_end:end]) if mutable else memoryview(src)[hdr_end:end]
+            self._parts = [first] if avail else []
+            self._need = payload_len - avail
+            self._pending = fields
+            return end
+        return pos
+
+    def _parse_stream_header(self, src: bytes | bytearray | memoryview) -> int:
+        raw, pos = decode_varint(src, 0)
+        if raw == DataStreamType.FETCH_HEADER:
+            request_id, pos = decode_varint(src, pos)
+            self._fetch = True
+            self._header = FetchHeaderParsed(request_id=request_id)
+            return pos
+        base = raw & ~_DEFAULT_PRIORITY
+        if raw & ~0x3F or base not in _SUBGROUP_TYPES:
+            raise UnknownStreamType(f"invalid draft-16 data stream type {raw:#x}")
+        st = DataStreamType(base)
+        track_alias, pos = decode_varint(src, pos)
+        group, pos = decode_varint(src, pos)
+        mode = st.subgroup_id_mode
+        subgroup: int | None = 0
+        if mode is SubgroupIdMode.EXPLICIT:
+            subgroup, pos = decode_varint(src, pos)
+        elif mode is SubgroupIdMode.FIRST_OBJECT:
+            subgroup = None
+        if raw & _DEFAULT_PRIORITY:
+            priority = 128
+        else:
+            if pos >= len(src):
+                raise NeedMoreData
+            priority = src[pos]
+            pos += 1
+        self._has_ext = st.has_extensions
+        self._group, self._subgroup, self._priority = group, subgroup, priority
+        self._header = SubgroupHeaderParsed(
+            stream_type=st,
+            track_alias=track_alias,
+            group=group,
+            subgroup=subgroup,
+            publisher_priority=priority,
+        )
+        return pos
+
+    def _extension_block(
+        self, src: bytes | bytearray | memoryview, pos: int, end: int
+    ) -> tuple[KeyValuePairs, int]:
+        ext_len, pos = decode_varint(src, pos)
+        if ext_len > self.max_extensions_size:
+            raise ObjectTooLarge(f"extension block of {ext_len} bytes exceeds the cap")
+        if not ext_len:
+            return (), pos
+        if pos + ext_len > end:
+            raise NeedMoreData
+        return _extensions16(src, pos, pos + ext_len), pos + ext_len
+
+    def _subgroup_object(
+        self, src: bytes | bytearray | memoryview, pos: int, end: int
+    ) -> tuple[int, int, _Fields, ObjectStatus]:
+        delta, pos = decode_varint(src, pos)
+        extensions: KeyValuePairs = ()
+        if self._has_ext:
+            extensions, pos = self._extension_block(src, pos, end)
+        payload_len, pos = decode_varint(src, pos)
+        status = _NORMAL
+        if payload_len == 0:
+            raw, pos = decode_varint(src, pos)
+            found = _STATUSES.get(raw)
+            if found is None:
+                raise ProtocolViolation(f"invalid draft-16 object status {raw}")
+            status = found
+            if extensions and status is not _NORMAL:
+                raise ProtocolViolation("extensions on an object that is not Normal")
+        elif payload_len > self.max_object_size:
+            raise ObjectTooLarge(f"object of {payload_len} bytes exceeds {self.max_object_size}")
+        # Header complete: commit stream state.
+        last = self._last_id
+        object_id = delta if last is None else last + delta + 1
+        if object_id > MAX_VARINT:
+            raise ProtocolViolation("object ID overflows 2**62 - 1")
+        if self._ended:
+            raise ProtocolViolation("object after an End of Group / End of Track status")
+        if self._subgroup is None:
+            self._subgroup = object_id
+        self._last_id = object_id
+        self._note_status(status)
+        return (
+            pos,
+            payload_len,
+            (self._group, self._subgroup, object_id, self._priority, extensions),
+            status,
+        )
+
+    def _fetch_object(
+        self, src: bytes | bytearray | memoryview, pos: int, end: int
+    ) -> tuple[int, int, _Fields, ObjectStatus]:
+        flags, pos = decode_varint(src, pos)
+        prior = self._prior
+        if flags in (_NON_EXISTENT_RANGE, _UNKNOWN_RANGE):
+            group, pos = decode_varint(src, pos)
+            object_id, pos = decode_varint(src, pos)
+            self._group, self._last_id, self._prior = group, object_id, True
+            unknown = int(flags == _UNKNOWN_RANGE)
+            return pos, -1, (group, 0, object_id, unknown, ()), _NORMAL
+        if flags >= 0x80:
+            raise ProtocolViolation(f"invalid serialization flags {flags:#x}")
+        mode = flags & 0x03
+        datagram = bool(flags & 0x40)
+        if not prior and ((not datagram and mode in (0x01, 0x02)) or not flags & 0x1C == 0x1C):
+            raise ProtocolViolation("first fetch object refers to a prior object")
+        group = self._group
+        if flags & 0x08:
+            group, pos = decode_varint(src, pos)
+        subgroup: int | None
+        if datagram:
+            subgroup = None
+        elif mode == 0x00:
+            subgroup = 0
+        elif mode == 0x01:
+            subgroup = self._subgroup
+        elif mode == 0x02:
+            subgroup = None if self._subgroup is None else self._subgroup + 1
+        else:
+            subgroup, pos = decode_varint(src, pos)
+        if not datagram and subgroup is None:
+            raise ProtocolViolation("subgroup refers to a prior datagram object")
+        if flags & 0x04:
+            object_id, pos = decode_varint(src, pos)
+        elif self._last_id is None:
+            raise ProtocolViolation("fetch object refers to a prior object that had none")
+        else:
+            object_id = self._last_id + 1
+        priority = self._priority
+        if flags & 0x10:
+            if pos >= end:
+                raise NeedMoreData
+            priority = src[pos]
+            pos += 1
+        elif priority < 0:
+            raise ProtocolViolation("fetch object refers to a prior object that had none")
+        extensions: KeyValuePairs = ()
+        if flags & 0x20:
+            extensions, pos = self._extension_block(src, pos, end)
+        payload_len, pos = decode_varint(src, pos)
+        if payload_len > self.max_object_size:
+            raise ObjectTooLarge(f"object of {payload_len} bytes exceeds {self.max_object_size}")
+        # Header complete: commit the prior-object state the next object may refer to.
+        self._group, self._subgroup, self._last_id, self._priority = (
+            group,
+            subgroup,
+            object_id,
+            priority,
+        )
+        self._prior = True
+        fields = (group, subgroup if subgroup is not None else 0, object_id, priority, extensions)
+        return pos, payload_len, fields, _NORMAL
