@@ -119,7 +119,7 @@ def figures_board(namespace: str = "kvmoq") -> Any:
     """The ``kvmoq_figures`` actor (created, detached and restartable, if absent)."""
     import ray
 
-    actor_cls: Any = ray.remote(
+    actor_cls: Any = ray.remote(  # type: ignore[call-overload]  # enable_task_events: not in the stubs
         num_cpus=0, max_restarts=-1, max_task_retries=-1, enable_task_events=False
     )(FiguresBoard)
     return actor_cls.options(

@@ -180,7 +180,7 @@ class RayDirectoryClient:
         return list(await self._h.locate.remote(namespace, track))
 
 
-@ray.remote(num_cpus=0, enable_task_events=False)
+@ray.remote(num_cpus=0, enable_task_events=False)  # type: ignore[call-overload]  # a real option, missing from the stubs
 class DirectoryActor:
     """The cluster directory (see :class:`~.directory.Directory`) with a relay watchdog."""
 
@@ -324,7 +324,7 @@ def get_directory(
     return handle
 
 
-@ray.remote(num_cpus=0, max_restarts=0, enable_task_events=False)
+@ray.remote(num_cpus=0, max_restarts=0, enable_task_events=False)  # type: ignore[call-overload]
 class RelayActor:
     """One node's relay. Construct with :func:`start_relays` (or pin it yourself), then
     ``start`` (any in-node call also starts it, e.g. after a restart). Methods are the in-node
@@ -743,7 +743,7 @@ def _free_udp_port(host: str) -> int:
         return int(sock.getsockname()[1])
 
 
-@ray.remote(num_cpus=0, enable_task_events=False)
+@ray.remote(num_cpus=0, enable_task_events=False)  # type: ignore[call-overload]
 class DataPlaneActor:
     """One data-plane process of a node's relay (see :mod:`.dataplane`): a QUIC endpoint that
     serves FETCH from the relay's object-store refs and pulls ranges for it. Created by the
