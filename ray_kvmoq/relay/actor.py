@@ -180,7 +180,9 @@ class RayDirectoryClient:
         return list(await self._h.locate.remote(namespace, track))
 
 
-@ray.remote(num_cpus=0, enable_task_events=False)  # type: ignore[call-overload]  # a real option, missing from the stubs
+# enable_task_events=False: no Ray task event per call (many per request; the GCS keeps them).
+# A real Ray option, missing from its type stubs.
+@ray.remote(num_cpus=0, enable_task_events=False)  # type: ignore[call-overload]
 class DirectoryActor:
     """The cluster directory (see :class:`~.directory.Directory`) with a relay watchdog."""
 
