@@ -28,6 +28,10 @@ import pytest
 from ray_kvmoq.moqt import api
 from ray_kvmoq.moqt.api import Group, TransportConfig
 from ray_kvmoq.moqt.codec import (
+    ALPN_BY_VERSION,
+    DRAFT_14,
+    DRAFT_16,
+    FetchObjectWriter16,
     Location,
     encode_fetch_object_header,
     encode_subgroup_header,
@@ -69,14 +73,17 @@ async def puller(
 
 
 class _Truncating(api.SessionHandler):
-    """Answers every FETCH with one whole object, then half of the next one, then FIN."""
+    """Answers every FETCH with one whole object, then half of the next one, then FIN (the
+    cut object's header in the session's draft)."""
 
     async def on_fetch(self, session: api.MoqtConnection, request: api.FetchRequest) -> None:
         writer = request.accept(end=Location(1, 0))
         writer.write(api.MoqtObject(group=0, object_id=0, payload=b"a" * 5000))
-        head = encode_fetch_object_header(
-            group=0, subgroup=0, object_id=1, publisher_priority=128, payload_len=5000
-        )
+        fields = dict(group=0, subgroup=0, object_id=1, publisher_priority=128, payload_len=5000)
+        if session.session.version == DRAFT_16:
+            head = FetchObjectWriter16().object_header(**fields)  # every field explicit
+        else:
+            head = encode_fetch_object_header(**fields)
         await asyncio.sleep(0.05)  # the whole object goes out first
         quic = session.protocol.quic
         quic.send_stream_data(writer.stream_id, head + b"b" * 2500, end_stream=True)
@@ -84,8 +91,9 @@ class _Truncating(api.SessionHandler):
 
 
 @pytest.mark.timeout(60)
-async def test_truncated_fetch_stream_fails_the_pull_fast_and_counts_nothing() -> None:
-    tc = TransportConfig(**_server_tls())
+@pytest.mark.parametrize("draft", [DRAFT_16, DRAFT_14], ids=["d16", "d14"])
+async def test_truncated_fetch_stream_fails_the_pull_fast_and_counts_nothing(draft: int) -> None:
+    tc = TransportConfig(**_server_tls(), alpns=(ALPN_BY_VERSION[draft],))
     server = await api.serve("127.0.0.1", 0, transport=tc, handler_factory=_Truncating)
     try:
         async with puller(server.port) as (b, pool):
@@ -98,6 +106,7 @@ async def test_truncated_fetch_stream_fails_the_pull_fast_and_counts_nothing() -
             closed = await asyncio.wait_for(session.wait_closed(), 5)
     finally:
         server.close()
+    assert session.session.version == draft
     assert elapsed < 5.0  # noticed at the FIN, not by a timeout
     # nothing of the half-received group reached the cache, and no waiter was left behind
     assert st["bytes_cached"] == 0 and st["upstream_bytes"] == 0 and st["groups_in_flight"] == 0
