@@ -53,6 +53,9 @@ if TYPE_CHECKING:
 
 __all__ = ["SchedulerSide"]
 
+_PULL_PROBE_S = 30.0
+"""At most one pull per this many seconds against a figure that says recompute (re-measuring)."""
+
 log = logging.getLogger(__name__)
 
 Namespace = tuple[bytes, ...]
@@ -121,6 +124,8 @@ class SchedulerSide:
         self.counters = ConnectorCounters()
         self._reqs: dict[str, _Req] = {}
         self._clock = _StepClock()
+        self._last_probe = -_PULL_PROBE_S
+        """When this side last pulled against the figures (monotonic s): see ``_worth_loading``."""
 
     # ---- lookup ----------------------------------------------------------------------------
 
@@ -241,6 +246,14 @@ class SchedulerSide:
             return known  # nothing measured yet: the first pull measures it
         tokens = (known - remote_at) * c
         if tokens * bpt * pull < tokens * prefill:
+            return known
+        now = time.monotonic()
+        if now - self._last_probe >= _PULL_PROBE_S:
+            # a declined pull is never measured, so a figure that got slow (one pull that
+            # crossed a relay restart, a busy moment) would stay slow for good: once every
+            # _PULL_PROBE_S this side pulls anyway, and the board learns what pulls cost now
+            self._last_probe = now
+            self.counters.add(pulls_probed=1)
             return known
         self.counters.add(pulls_declined=1)
         return remote_at

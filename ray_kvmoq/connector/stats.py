@@ -54,6 +54,8 @@ class ConnectorCounters:
     """Directory lookups slower than ``lookup_timeout_s``."""
     pulls_declined: int = 0
     """Prefixes held on another node that were recomputed because the measured pull is slower."""
+    pulls_probed: int = 0
+    """Pulls made although the figures said recompute, to measure them again (one per 30 s)."""
     requests_finished: int = 0
     """Requests the engine finished (any reason)."""
     requests_aborted: int = 0

@@ -145,7 +145,8 @@ def test_second_engine_on_another_node_loads_the_prefix_over_moqt(engines: Engin
     got = _gen(e.b, [p2], cache_salt=salt, max_tokens=16)[0]
     after = _metrics(e.b)
     stats_after = ray.get(relay_b.stats.remote())
-    assert got.num_cached_tokens == 3 * C
+    why = {k: _delta(after, before, k) for k in after if k.startswith("kvmoq_")}
+    assert got.num_cached_tokens == 3 * C, why
     assert got.token_ids == ref.token_ids
     assert _delta(after, before, "kvmoq_tokens_loaded") == 3 * C
     # SmolLM2's BF16 objects are 23,052 bytes per token: the 3 groups crossed over MoQT.

@@ -1,0 +1,66 @@
+"""The scheduler side's pull-or-recompute rule (``SchedulerSide._worth_loading``), without an
+engine: the figures come from a board snapshot, the clock is the real monotonic one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray_kvmoq.connector.config import ConnectorConfig
+from ray_kvmoq.connector.figures import Figures, FiguresSnapshot
+from ray_kvmoq.connector.metadata import GroupSource
+from ray_kvmoq.connector.scheduler import _PULL_PROBE_S, SchedulerSide, _Req
+
+BPT = 23_052.0  # SmolLM2 BF16 bytes per token
+NS = (b"moq://kvcache.moq.arpa/v1/", b"m", b"p")
+
+
+class _Board:
+    """What ``_worth_loading`` reads of the relay bridge: this node and the board's figures."""
+
+    node_id = "B"
+
+    def __init__(self, pull_s_per_byte: float) -> None:
+        f = Figures()
+        f.report("pull_s_per_byte", "B", pull_s_per_byte)
+        f.report("prefill_s_per_token", "B", 1e-3)
+        self.snapshot: FiguresSnapshot = f.snapshot()
+
+    def figures(self) -> FiguresSnapshot:
+        return self.snapshot
+
+
+def _side(pull_s_per_byte: float) -> SchedulerSide:
+    board: Any = _Board(pull_s_per_byte)
+    return SchedulerSide(
+        ConnectorConfig(), bridge=board, model="m", block_size=16, kv_dtype="bfloat16",
+        producer=True, consumer_only=False, bytes_per_token={b"BF16": BPT},
+    )  # fmt: skip
+
+
+def _remote_req(groups: int) -> _Req:
+    st = _Req(
+        req_id="r", tokens=[1] * (groups * 128 + 10), salt=b"", codec=b"BF16", namespace=NS,
+        hashes=[b"h"] * groups, load_allowed=True, publish_allowed=True, producer=True,
+        remote=None,
+    )  # fmt: skip
+    st.sources = [GroupSource(namespace=NS, track=b"BF16", group_id=k, local=False)
+                  for k in range(groups)]  # fmt: skip
+    return st
+
+
+def test_a_pull_faster_than_recompute_loads_every_remote_group() -> None:
+    side = _side(1e-8)  # 23 KB/token at 100 MB/s: 0.23 ms/token < 1 ms/token
+    assert side._worth_loading(_remote_req(3), known=3, num_computed=0) == 3
+    assert side.counters.totals()["pulls_declined"] == 0
+
+
+def test_a_slow_pull_is_declined_but_probed_once_per_period_so_the_figure_can_recover() -> None:
+    side = _side(2e-7)  # 23 KB/token at 5 MB/s: 4.6 ms/token > 1 ms/token
+    st = _remote_req(3)
+    assert side._worth_loading(st, known=3, num_computed=0) == 3  # the probe: pulled anyway
+    for _ in range(5):  # then declined, until the period is over
+        assert side._worth_loading(st, known=3, num_computed=0) == 0
+    side._last_probe -= _PULL_PROBE_S
+    assert side._worth_loading(st, known=3, num_computed=0) == 3  # the next probe
+    totals = side.counters.totals()
+    assert (totals["pulls_probed"], totals["pulls_declined"]) == (2, 5)
