@@ -325,6 +325,10 @@ class DataStreamParser:
                 hdr_end, payload_len, fields, status = parse_object(src, pos, end)
             except NeedMoreData:
                 break
+            if payload_len < 0:  # a marker that carries no payload (draft-16 End of Range)
+                events.append(self._marker(fields))
+                pos = hdr_end
+                continue
             avail = end - hdr_end
             if payload_len <= avail:
                 stop = hdr_end + payload_len
@@ -349,6 +353,10 @@ class DataStreamParser:
             self._pending = fields
             return end
         return pos
+
+    def _marker(self, fields: tuple[int, int, int, int, KeyValuePairs]) -> DataEvent:
+        """The event of a payload-less marker (an object parser returned length -1)."""
+        raise AssertionError("draft-14 data streams have no payload-less markers")
 
     def _parse_stream_header(self, src: bytes | bytearray | memoryview) -> int:
         stream_type, pos = decode_varint(src, 0)

@@ -548,51 +548,11 @@ class DataStreamParser16(DataStreamParser):
         """Add stream bytes (and the FIN); return the events they complete."""
         return super().feed(data, fin=fin)  # type: ignore[return-value]
 
-    def _parse(self, src: bytes | memoryview, events: list[DataEvent], *, mutable: bool) -> int:
-        pos = 0
-        if self._header is None:
-            try:
-                pos = self._parse_stream_header(src)
-            except NeedMoreData:
-                return 0
-            assert self._header is not None
-            events.append(self._header)
-        end = len(src)
-        parse_object = self._fetch_object if self._fetch else self._subgroup_object
-        while pos < end:
-            try:
-                hdr_end, payload_len, fields, status = parse_object(src, pos, end)
-            except NeedMoreData:
-                break
-            if payload_len < 0:  # an End of Range marker: no payload
-                group, _, object_id, unknown, _ = fields
-                ended = FetchRangeEnded(group=group, object_id=object_id, unknown=bool(unknown))
-                events.append(ended)  # type: ignore[arg-type]
-                pos = hdr_end
-                continue
-            avail = end - hdr_end
-            if payload_len <= avail:
-                stop = hdr_end + payload_len
-                group, subgroup, object_id, priority, extensions = fields
-                events.append(
-                    ObjectParsed(
-                        group=group,
-                        subgroup=subgroup,
-                        object_id=object_id,
-                        publisher_priority=priority,
-                        extensions=extensions,
-                        status=status,
-                        payload=bytes(src[hdr_end:stop]),
-                    )
-                )
-                pos = stop
-                continue
-            first = bytes(src[hdr_end:end]) if mutable else memoryview(src)[hdr_end:end]
-            self._parts = [first] if avail else []
-            self._need = payload_len - avail
-            self._pending = fields
-            return end
-        return pos
+    def _marker(self, fields: _Fields) -> DataEvent:
+        """An End of Non-Existent / Unknown Range marker (``_parse_fetch_object``'s -1)."""
+        group, _, object_id, unknown, _ = fields
+        ended = FetchRangeEnded(group=group, object_id=object_id, unknown=bool(unknown))
+        return ended  # type: ignore[return-value]  # a DataEvent16, which feed() declares
 
     def _parse_stream_header(self, src: bytes | bytearray | memoryview) -> int:
         raw, pos = decode_varint(src, 0)
@@ -643,7 +603,7 @@ class DataStreamParser16(DataStreamParser):
             raise NeedMoreData
         return _extensions16(src, pos, pos + ext_len), pos + ext_len
 
-    def _subgroup_object(
+    def _parse_subgroup_object(
         self, src: bytes | bytearray | memoryview, pos: int, end: int
     ) -> tuple[int, int, _Fields, ObjectStatus]:
         delta, pos = decode_varint(src, pos)
@@ -680,7 +640,7 @@ class DataStreamParser16(DataStreamParser):
             status,
         )
 
-    def _fetch_object(
+    def _parse_fetch_object(
         self, src: bytes | bytearray | memoryview, pos: int, end: int
     ) -> tuple[int, int, _Fields, ObjectStatus]:
         flags, pos = decode_varint(src, pos)
