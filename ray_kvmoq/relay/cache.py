@@ -209,12 +209,7 @@ class RelayCache:
                 f"cannot shrink the budget to {budget_bytes} bytes: open groups hold "
                 f"{self._open_bytes}; retry when they are sealed"
             )
-        evicted: list[GroupKey] = []
-        for lru in (self._lru, self._lru_latest):
-            while lru and self.bytes_cached > budget_bytes:
-                key = next(iter(lru))
-                self._drop(key)
-                evicted.append(key)
+        evicted = self._evict_down_to(budget_bytes, keep=None)
         self.budget_bytes = budget_bytes
         return evicted
 
@@ -560,9 +555,14 @@ class RelayCache:
                 f"{need} bytes do not fit the {self.budget_bytes}-byte budget "
                 f"({self._open_bytes} bytes held by open groups)"
             )
+        return self._evict_down_to(self.budget_bytes - need, keep=keep)
+
+    def _evict_down_to(self, limit: int, keep: GroupKey | None) -> list[GroupKey]:
+        """Evict sealed groups, LRU first and the latest groups of live tracks last, until at
+        most ``limit`` bytes are cached (or nothing evictable but ``keep`` is left)."""
         evicted: list[GroupKey] = []
         for lru in (self._lru, self._lru_latest):
-            while lru and self.bytes_cached + need > self.budget_bytes:
+            while lru and self.bytes_cached > limit:
                 key = next(iter(lru))
                 if key == keep:
                     lru.move_to_end(key)
