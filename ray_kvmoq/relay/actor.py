@@ -848,8 +848,7 @@ def start_relays(
             directory=directory,
             data_planes=data_planes,
         )
-    ray.get([h.start.remote() for h in handles.values()], timeout=timeout_s)
-    # a relay found running keeps its other options, but takes the budget asked for now
+    # starts each relay; one found running keeps its other options but takes this budget
     olds = ray.get([h.set_budget.remote(budget_bytes) for h in handles.values()], timeout=timeout_s)
     for node_id, old in zip(handles, olds, strict=True):
         if old != budget_bytes:
