@@ -285,7 +285,9 @@ def growth(samples: list[dict[str, Any]], warmup_s: float, window: int = 3) -> d
     def rss_of(k: str) -> Callable[[dict[str, Any]], float]:
         return lambda s: float(s["rss"][k])
 
-    per = {k: med(tail, rss_of(k)) / max(1.0, med(head, rss_of(k))) - 1 for k in both}
+    rss0 = {k: med(head, rss_of(k)) for k in both}
+    rss1 = {k: med(tail, rss_of(k)) for k in both}
+    per = {k: rss1[k] / max(1.0, rss0[k]) - 1 for k in both}
     worst = max(per, key=lambda k: per[k]) if per else None
     tot0 = med(head, lambda s: sum(s["rss"][k] for k in both))
     tot1 = med(tail, lambda s: sum(s["rss"][k] for k in both))
@@ -305,7 +307,7 @@ def growth(samples: list[dict[str, Any]], warmup_s: float, window: int = 3) -> d
         "rss_worst_process": worst,
         "rss_worst_growth": round(per[worst], 4) if worst else None,
         "rss_top_growth": [  # the five that grew most: label, MiB after warm-up, at the end
-            [k, round(med(head, rss_of(k)) / 2**20, 1), round(med(tail, rss_of(k)) / 2**20, 1)]
+            [k, round(rss0[k] / 2**20, 1), round(rss1[k] / 2**20, 1)]
             for k in sorted(per, key=lambda k: -per[k])[:5]
         ],
         "store_mb": [round(st0 / 2**20, 1), round(st1 / 2**20, 1)],
