@@ -56,8 +56,6 @@ from .codec import (
     Goaway,
     MaxRequestId,
     Message,
-    Namespace,
-    NamespaceDone,
     RequestErrorMessage,
     RequestOk,
     RequestsBlocked,
@@ -543,13 +541,6 @@ class MoqtSession:
             )
         self._handlers[found[1]](from_request_ok(msg, found[1]), out)
 
-    def _on_namespace_on_control(
-        self, msg: Namespace | NamespaceDone, out: list[MoqtEvent]
-    ) -> None:
-        raise ProtocolViolation(
-            f"{type(msg).__name__} outside a SUBSCRIBE_NAMESPACE stream (d16 §9.21)"
-        )
-
 
 def _check_path(path: bytes | None) -> None:
     """PATH must be ``path-abempty [ "?" query ]`` (d14 §9.3.2.1)."""
@@ -573,8 +564,6 @@ _HANDLERS: dict[type, str] = {
     RequestsBlocked: "_on_requests_blocked",
     RequestErrorMessage: "_on_request_error",
     RequestOk: "_on_request_ok",
-    Namespace: "_on_namespace_on_control",
-    NamespaceDone: "_on_namespace_on_control",
 }
 """Handler method of every session-level control message (the roles declare their own)."""
 

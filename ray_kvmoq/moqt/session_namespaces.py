@@ -94,6 +94,8 @@ class Namespaces:
         SubscribeNamespaceOk: "on_subscribe_namespace_ok",
         SubscribeNamespaceError: "on_subscribe_namespace_error",
         UnsubscribeNamespace: "on_unsubscribe_namespace",
+        Namespace: "on_namespace_on_control",
+        NamespaceDone: "on_namespace_on_control",
     }
     """Handler method of each control message this role receives."""
     REQUESTS: ClassVar[frozenset[type]] = frozenset((PublishNamespace, SubscribeNamespace))
@@ -427,6 +429,11 @@ class Namespaces:
                 error_code=msg.error_code,
                 reason=msg.reason,
             )
+        )
+
+    def on_namespace_on_control(self, msg: Namespace | NamespaceDone, out: list[MoqtEvent]) -> None:
+        raise ProtocolViolation(
+            f"{type(msg).__name__} outside a SUBSCRIBE_NAMESPACE stream (d16 §9.21)"
         )
 
     def on_unsubscribe_namespace(self, msg: UnsubscribeNamespace, out: list[MoqtEvent]) -> None:
