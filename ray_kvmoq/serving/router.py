@@ -8,7 +8,9 @@ it (:mod:`.costmodel`), then ranks the candidates cheapest first:
   leading chunk), and the router remembers which prefixes it recently sent to which replica
   (they sit in that engine's own prefix cache);
 * *what it costs*: prefill and pull speed per node as measured on the running cluster (the
-  figures board), the track's real bytes per token, each replica's queue length.
+  figures board), the track's real bytes per token, each replica's queue length — including
+  the requests just ranked for it and not yet sent (:class:`ReplicaLoad`'s claims), so a burst
+  ranked in one instant spreads instead of piling onto the replica holding the prefix.
 
 Outcomes, counted in ``kvmoq_router_decisions_total{outcome}``: ``cost`` (figures known: the
 cheapest plan wins — a pull is only planned where it beats recompute), ``affinity`` (KV known but
@@ -38,13 +40,14 @@ from .costmodel import Candidate, NodeFigures, Plan, RequestView, plan
 from .metrics import process_metrics
 from .prompts import prompt_keys
 
-__all__ = ["KVRouter", "rank"]
+__all__ = ["KVRouter", "ReplicaLoad", "rank"]
 
 log = logging.getLogger(__name__)
 
 _LOOKUP_TIMEOUT_S = 0.25
 _FIGURES_MAX_AGE_S = 2.0
 _RECENT_PER_REPLICA = 4096
+_CLAIM_TTL_S = 5.0
 
 
 def _short(h: bytes) -> str:
@@ -87,6 +90,62 @@ def _pow2(candidates: list[Candidate], rng: random.Random) -> list[str]:
     return [pair[0].key, pair[1].key, *rest]
 
 
+class ReplicaLoad:
+    """Requests each replica is about to get or is serving, as this router knows them.
+
+    Serve ranks several pending requests at once (up to two routing tasks per replica) and
+    counts a request against a replica only once it is sent. Without the *claims* here, a burst
+    ranked in the same instant sees the same queue lengths and lands on one replica. So each
+    ranking claims a slot on its first choice. The claim ends when Serve sends a request to that
+    replica (``sent``), when the request is routed elsewhere (``routed``), or after
+    ``_CLAIM_TTL_S``, for a request that fell through or was cancelled. Pure: no Serve, no clock
+    of its own.
+    """
+
+    def __init__(self, ttl_s: float = _CLAIM_TTL_S) -> None:
+        self._ttl = ttl_s
+        self._claims: OrderedDict[int, tuple[str, float]] = OrderedDict()
+        self._inflight: dict[str, set[str]] = {}
+
+    def claim(self, token: int, replica: str, now: float) -> None:
+        """The request ``token`` was ranked with ``replica`` first (replaces its earlier claim)."""
+        self._claims.pop(token, None)
+        self._claims[token] = (replica, now + self._ttl)
+
+    def sent(self, replica: str) -> None:
+        """Serve sent a request to ``replica``: its oldest claim there is now a real request."""
+        for token, (r, _) in self._claims.items():
+            if r == replica:
+                del self._claims[token]
+                return
+
+    def routed(self, token: int, replica: str, request_id: str) -> None:
+        """The replica accepted the request: it counts until ``completed``."""
+        self._claims.pop(token, None)
+        self._inflight.setdefault(replica, set()).add(request_id)
+
+    def completed(self, replica: str, request_id: str) -> None:
+        """The request no longer occupies the replica."""
+        self._inflight.get(replica, set()).discard(request_id)
+
+    def forget(self, replica: str) -> None:
+        """A replica died."""
+        self._inflight.pop(replica, None)
+        for token in [t for t, (r, _) in self._claims.items() if r == replica]:
+            del self._claims[token]
+
+    def queue_len(self, replica: str, reported: int, now: float) -> int:
+        """Requests ahead of a new one: those it serves (the larger of this router's count and
+        Serve's queue-length cache, ``reported``) plus the claims not yet sent."""
+        while self._claims:
+            token, (_, expires) = next(iter(self._claims.items()))
+            if expires > now:
+                break
+            del self._claims[token]
+        claims = sum(1 for r, _ in self._claims.values() if r == replica)
+        return max(len(self._inflight.get(replica, ())), reported) + claims
+
+
 class KVRouter(RequestRouter):
     """Serve request router ranking ``LLMServer`` replicas by where the prompt's KV is."""
 
@@ -103,9 +162,7 @@ class KVRouter(RequestRouter):
         self._rng = random.Random()
         self._recent: dict[str, OrderedDict[str, None]] = {}
         self._pending: OrderedDict[int, list[str]] = OrderedDict()
-        # requests this router sent and that have not completed, per replica (Serve's own
-        # queue-length cache is only kept in its strict max-ongoing-requests mode)
-        self._inflight: dict[str, set[str]] = {}
+        self._load = ReplicaLoad()
         self._directory: Any = None
         self._board: Any = None
         self._figures = FiguresSnapshot()
@@ -126,9 +183,13 @@ class KVRouter(RequestRouter):
             self._pending[id(pending_request)] = list(view.hashes)
             while len(self._pending) > 1024:
                 self._pending.popitem(last=False)
-        cands = [self._candidate(r) for r in candidate_replicas]
         await self._refresh_figures()
+        # no await from here to the claim: concurrent rankings see each other's choices
+        now = time.monotonic()
+        cands = [self._candidate(r, now) for r in candidate_replicas]
         order, outcome, best = rank(view, cands, self._figures, self._rng)
+        if order and pending_request is not None:
+            self._load.claim(id(pending_request), order[0], now)
         m = process_metrics()
         m.router_decisions.labels(self._label, "kv", outcome).inc()
         if best is not None and best.cost_s is not None:
@@ -141,8 +202,7 @@ class KVRouter(RequestRouter):
         """Count the request against the replica; remember the prefix it is now computing
         (its engine will hold it)."""
         rid = getattr(pending_request.metadata, "internal_request_id", None)
-        if rid is not None:
-            self._inflight.setdefault(str(replica_id), set()).add(str(rid))
+        self._load.routed(id(pending_request), str(replica_id), str(rid or id(pending_request)))
         hashes = self._pending.pop(id(pending_request), None)
         if not hashes:
             return
@@ -153,26 +213,30 @@ class KVRouter(RequestRouter):
         while len(seen) > _RECENT_PER_REPLICA:
             seen.popitem(last=False)
 
+    def on_send_request(self, replica_id: Any) -> None:
+        """Serve sent a request: it now shows in the queue-length cache, not as a claim."""
+        super().on_send_request(replica_id)
+        self._load.sent(str(replica_id))
+
     def on_request_completed(self, replica_id: Any, internal_request_id: str) -> None:
         """The request no longer occupies the replica."""
-        self._inflight.get(str(replica_id), set()).discard(str(internal_request_id))
+        self._load.completed(str(replica_id), str(internal_request_id))
 
     def on_replica_actor_died(self, replica_id: Any) -> None:
         """Forget what a dead replica held or was doing."""
         super().on_replica_actor_died(replica_id)
-        self._inflight.pop(str(replica_id), None)
+        self._load.forget(str(replica_id))
         self._recent.pop(str(replica_id), None)
 
     # ---- internals ---------------------------------------------------------------------------
 
-    def _candidate(self, r: RunningReplica) -> Candidate:
+    def _candidate(self, r: RunningReplica, now: float) -> Candidate:
         cached = self.replica_queue_len_cache.get(r.replica_id)
-        mine = len(self._inflight.get(str(r.replica_id), ()))
         stats = r.routing_stats or {}
         return Candidate(
             key=str(r.replica_id),
             node_id=str(stats.get("node_id") or r.node_id),
-            queue_len=max(mine, int(cached or 0)),
+            queue_len=self._load.queue_len(str(r.replica_id), int(cached or 0), now),
             recent=frozenset(self._recent.get(str(r.replica_id), ())),
         )
 

@@ -33,9 +33,10 @@ def app(serve_http: str) -> Iterator[str]:
         server={"num_replicas": 2, "num_cpus": 1, "resources": {"engine_slot": 1}},
         relay_datagram_size=9000,
         relay_budget_mb=64,  # small enough to fill early: the soak then checks a full cache
-        # 64 in flight + 16 queued at the ingress: the overload test goes past it, the others
-        # (32 clients and their hung-up requests winding down) stay well inside
-        ingress={"num_cpus": 0.25, "max_ongoing_requests": 64, "max_queued_requests": 16},
+        # 64 in flight + 48 queued at the ingress: the overload test goes past it, the others
+        # stay well inside (the queue holds requests waiting to be assigned, and 32 clients
+        # starting at once all wait at once: a 16-request queue refused one of them in CI)
+        ingress={"num_cpus": 0.25, "max_ongoing_requests": 64, "max_queued_requests": 48},
         kv_timeout_s=30.0,
     )
     with deployed(serve_http, "combined", args) as base:
@@ -288,7 +289,7 @@ def test_responses_and_headers_name_no_ray_node_and_no_kv_location(app: str) -> 
 
 
 def test_a_burst_past_the_ingress_queue_is_refused_with_503_and_nothing_is_lost(app: str) -> None:
-    """160 streaming clients at once against an ingress that admits 64 ongoing + 16 queued
+    """160 streaming clients at once against an ingress that admits 64 ongoing + 48 queued
     requests: the excess is refused with 503 (a bounded queue, not an unbounded wait), each
     refusal says why, and every admitted request is answered — none lost, none errored."""
     import asyncio
@@ -300,7 +301,7 @@ def test_a_burst_past_the_ingress_queue_is_refused_with_503_and_nothing_is_lost(
     outcomes = asyncio.run(drive(app, wl, clients=160, duration_s=2.0, seed=7))
     s = summarize(outcomes, 2.0)
     assert s["lost"] == 0 and s["error"] == 0, json.dumps(s)
-    assert s["refused"] >= 160 - 80 and set(s["statuses"]) == {"200", "503"}, json.dumps(s)
+    assert s["refused"] >= 160 - (64 + 48) and set(s["statuses"]) == {"200", "503"}, json.dumps(s)
     assert s["answered"] >= 64, json.dumps(s)  # the admitted ones all finished
     refused = [o for o in outcomes if o.kind == "refused"]
     assert all(o.detail for o in refused), refused[:3]

@@ -11,7 +11,7 @@ import random
 
 from ray_kvmoq.connector.figures import Figures, FiguresSnapshot
 from ray_kvmoq.serving.costmodel import Candidate, NodeFigures, RequestView, plan
-from ray_kvmoq.serving.router import rank
+from ray_kvmoq.serving.router import ReplicaLoad, rank
 
 C = 128
 BPT = 23_052.0  # SmolLM2 BF16 bytes per token
@@ -111,3 +111,45 @@ def test_a_bad_measurement_never_poisons_the_figures() -> None:
         f.report("prefill_s_per_token", "A", bad)
     assert f.snapshot().get("prefill_s_per_token", "A") == 1e-3
     assert f.snapshot().get("prefill_s_per_token", "unmeasured-node") == 1e-3  # the median
+
+
+def _ranked_burst(n: int, load: ReplicaLoad, now: float) -> list[str]:
+    """``n`` requests for one prefix held on A, ranked in one instant (Serve's concurrent routing
+    tasks), each claiming its first choice as the router does."""
+    firsts = []
+    for token in range(n):
+        cands = [
+            Candidate(key=c.key, node_id=c.node_id, queue_len=load.queue_len(c.key, 0, now))
+            for c in (A, B)
+        ]
+        order, outcome, _ = rank(_req([{"A"}] * 8), cands, _figures(1e-3, 1e-8), random.Random(0))
+        assert outcome == "cost"
+        load.claim(token, order[0], now)
+        firsts.append(order[0])
+    return firsts
+
+
+def test_a_burst_ranked_in_one_instant_is_spread_by_claims_not_piled_on_the_holder() -> None:
+    firsts = _ranked_burst(6, ReplicaLoad(), now=100.0)
+    assert firsts[0] == "rA" and "rB" in firsts[1:3], firsts
+    assert 2 <= firsts.count("rA") <= 4, firsts  # pulling to B is cheaper than queueing on A
+
+
+def test_a_claim_ends_when_sent_when_routed_elsewhere_or_when_it_expires() -> None:
+    load = ReplicaLoad(ttl_s=5.0)
+    load.claim(1, "rA", now=0.0)
+    load.claim(2, "rA", now=0.0)
+    load.claim(3, "rB", now=0.0)
+    assert load.queue_len("rA", 0, now=0.0) == 2 and load.queue_len("rB", 0, now=0.0) == 1
+    load.sent("rA")  # now in Serve's queue-length cache (reported=1), no longer a claim
+    assert load.queue_len("rA", 1, now=0.0) == 2
+    load.routed(2, "rB", "req-2")  # claimed for A, accepted by B
+    assert load.queue_len("rA", 1, now=0.0) == 1 and load.queue_len("rB", 0, now=0.0) == 2
+    load.claim(3, "rA", now=1.0)  # re-ranked after a fall-through: one claim per request
+    assert load.queue_len("rB", 0, now=1.0) == 1 and load.queue_len("rA", 0, now=1.0) == 1
+    assert load.queue_len("rA", 0, now=6.5) == 0  # never sent: expired
+    load.completed("rB", "req-2")
+    assert load.queue_len("rB", 0, now=6.5) == 0
+    load.routed(4, "rA", "req-4")
+    load.forget("rA")
+    assert load.queue_len("rA", 0, now=7.0) == 0
