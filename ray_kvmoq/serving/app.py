@@ -103,6 +103,10 @@ class AppArgs(BaseModel):
     """KV track compression (``auto``: the lossless track of ``dtype``)."""
     kv_timeout_s: float = Field(default=10.0, gt=0)
     """A KV load slower than this is recomputed."""
+    pd_prefill_timeout_s: float = Field(default=120.0, gt=0)
+    """PD: how long decode waits for its remote prefill to finish (a prefill lost with its node
+    may otherwise wait for a replacement replica forever); decode has answered from what
+    arrived by then, recomputing the rest."""
     api_keys: dict[str, str] = Field(default_factory=dict)
     """API key → tenant name (empty: no authentication, one ``public`` tenant)."""
     tenant_secret: str | None = None

@@ -162,9 +162,15 @@ def _llm_config(args: AppArgs, r: ReplicaArgs, role: str, deployment: str) -> An
             "request_routing_stats_timeout_s": 5.0,
         },
     }
+    experimental: dict[str, Any] = {}
+    if role == "kv_consumer":
+        from .server import PREFILL_TIMEOUT_KEY
+
+        experimental[PREFILL_TIMEOUT_KEY] = args.pd_prefill_timeout_s
     return LLMConfig(
         model_loading_config={"model_id": args.name(), "model_source": str(args.model_dir())},
         engine_kwargs=engine,
+        experimental_configs=experimental,
         placement_group_config={"bundles": [bundle]},
         deployment_config=deployment_config,
         runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}},

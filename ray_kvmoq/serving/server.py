@@ -13,14 +13,24 @@ around it (:class:`KVServerMixin`):
 
 ``KVLLMServer`` serves combined apps, ``KVPrefillServer`` / ``KVDecodeServer`` the PD roles
 (Ray Serve LLM's PD orchestration, with our connector backend's concurrent hand-off).
+
+In that hand-off decode answers from whatever KV arrived in time and recomputes the rest, so the
+remote prefill is only ever an optimisation. ``KVDecodeServer`` makes that hold when prefill
+fails: Ray Serve LLM awaits the prefill response before it ends the decode response, and a
+prefill whose replica (or node) died raises, or waits for a replacement replica without bound
+when none can be placed. ``KVDecodeServer`` bounds that wait (``pd_prefill_timeout_s``) and
+treats a failed prefill as a lost optimisation, not a failed request; ``pd_stats()`` counts
+both cases.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import time
 import uuid
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from ray.llm._internal.serve.core.server.llm_server import LLMServer
@@ -29,11 +39,22 @@ from ray.llm._internal.serve.serving_patterns.prefill_decode.pd_server import (
     PDPrefillServer,
 )
 
-__all__ = ["KVDecodeServer", "KVLLMServer", "KVPrefillServer", "KVServerMixin"]
+__all__ = [
+    "PREFILL_TIMEOUT_KEY",
+    "KVDecodeServer",
+    "KVLLMServer",
+    "KVPrefillServer",
+    "KVServerMixin",
+]
 
 log = logging.getLogger(__name__)
 
 _PROBE_TOKENS = 512
+
+PREFILL_TIMEOUT_KEY = "kvmoq_prefill_timeout_s"
+"""``LLMConfig.experimental_configs`` key of the decode deployment: seconds decode waits for its
+remote prefill to finish (the app's ``pd_prefill_timeout_s``)."""
+_DEFAULT_PREFILL_TIMEOUT_S = 120.0
 
 
 class KVServerMixin:
@@ -101,4 +122,69 @@ class KVPrefillServer(KVServerMixin, PDPrefillServer):
 
 
 class KVDecodeServer(KVServerMixin, PDDecodeServer):
-    """PD decode replica: orchestrates prefill, follows the prompt's track."""
+    """PD decode replica: orchestrates prefill, follows the prompt's track, and never lets a
+    failed or unplaceable prefill hold up or fail its answer (see the module docstring)."""
+
+    _pd_prefill_timeouts = 0
+    _pd_prefill_failures = 0
+
+    def _concurrent_decode(  # the same call, with a bounded prefill stream
+        self,
+        method: str,
+        decode_request: Any,
+        prefill_resp: Any,
+        raw_request_info: Any,
+        **kwargs: Any,
+    ) -> AsyncIterator[Any]:
+        configs = getattr(self._llm_config, "experimental_configs", None) or {}
+        timeout_s = float(configs.get(PREFILL_TIMEOUT_KEY, _DEFAULT_PREFILL_TIMEOUT_S))
+        bounded = self._bounded_prefill(prefill_resp, timeout_s)
+        gen: AsyncIterator[Any] = super()._concurrent_decode(
+            method, decode_request, bounded, raw_request_info, **kwargs
+        )
+        return gen
+
+    async def _bounded_prefill(self, resp: Any, timeout_s: float) -> AsyncGenerator[Any, None]:
+        """``resp``'s chunks until it ends, fails, or ``timeout_s`` passes; a failure or a
+        timeout ends the stream quietly (decode recomputes what did not arrive)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        it = resp.__aiter__()
+        try:
+            while True:
+                try:
+                    chunk = await asyncio.wait_for(it.__anext__(), max(0.0, deadline - loop.time()))
+                except StopAsyncIteration:
+                    return
+                yield chunk
+        except TimeoutError:
+            self._pd_prefill_timeouts += 1
+            log.warning(
+                "remote prefill unfinished after %.0f s (no prefill replica placeable?): "
+                "abandoned, decode answers from what it has",
+                timeout_s,
+            )
+            _cancel(resp)
+        except Exception as exc:  # the prefill replica or its node died
+            self._pd_prefill_failures += 1
+            log.warning(
+                "remote prefill failed (%s: %s): decode recomputes", type(exc).__name__, exc
+            )
+            _cancel(resp)
+
+    async def pd_stats(self) -> dict[str, int]:
+        """Remote prefills abandoned since the replica started: ``prefill_timeouts``,
+        ``prefill_failures``."""
+        return {
+            "prefill_timeouts": self._pd_prefill_timeouts,
+            "prefill_failures": self._pd_prefill_failures,
+        }
+
+
+def _cancel(resp: Any) -> None:
+    cancel = getattr(resp, "cancel", None)
+    if cancel is not None:
+        try:
+            cancel()
+        except Exception as exc:  # already finished or gone
+            log.debug("cancelling the prefill response: %s", exc)

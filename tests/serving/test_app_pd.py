@@ -1,11 +1,12 @@
 """The PD app: Ray Serve LLM's prefill/decode pattern with the KV moved as MoQT tracks.
 
-Prefill runs on the head node, decode on 127.0.0.2. Decode sends each prompt to prefill and at
+Prefill runs on a node of this module's own (127.0.0.4, added to the shared cluster and removed
+at the end), decode on 127.0.0.2. Decode sends each prompt to prefill and at
 once follows the prompt's track (our connector backend's concurrent hand-off); prefill publishes
 the track group by group. The tests check that decode's KV really came over MoQT from the other
 node (its relay's upstream bytes, its connector's loaded tokens), that the answer equals the
-prefill engine answering alone, and that losing prefill mid-request ends with an answer or an
-error — never a hang.
+prefill engine answering alone, and that losing prefill mid-request — its replica killed, or its
+whole node (the raylet killed) — still ends with that answer, never a hang.
 """
 
 from __future__ import annotations
@@ -29,27 +30,49 @@ pytestmark = [pytest.mark.ray, pytest.mark.model, pytest.mark.slow, pytest.mark.
 APP = "pd"
 
 
+PREFILL_TIMEOUT_S = 20.0
+
+
 @pytest.fixture(scope="module")
-def pd_app(serve_http: str) -> Iterator[str]:
+def prefill_node(ray_cluster: Any) -> Iterator[Any]:
+    """A node for the prefill replica alone (127.0.0.4): the last test kills its raylet."""
+    cluster = ray_cluster.cluster
+    node = cluster.add_node(
+        num_cpus=4,
+        node_ip_address="127.0.0.4",
+        object_store_memory=200 << 20,
+        resources={"pd_prefill_node": 1},
+    )
+    cluster.wait_for_nodes()
+    try:
+        yield node
+    finally:
+        if node in cluster.worker_nodes:
+            cluster.remove_node(node, allow_graceful=False)
+
+
+@pytest.fixture(scope="module")
+def pd_app(serve_http: str, prefill_node: Any) -> Iterator[str]:
     args = app_args(
         "pd.yaml",
-        prefill={"num_replicas": 1, "num_cpus": 1, "resources": {"kvnode_head": 0.5}},
+        prefill={"num_replicas": 1, "num_cpus": 1, "resources": {"pd_prefill_node": 0.5}},
         decode={"num_replicas": 1, "num_cpus": 1, "resources": {"kvnode1": 0.5}},
         relay_datagram_size=9000,
         kv_timeout_s=20.0,
+        pd_prefill_timeout_s=PREFILL_TIMEOUT_S,
     )
     with deployed(serve_http, APP, args) as base:
         yield base
 
 
-def _messages(question: str) -> list[dict[str, str]]:
+def _messages(question: str, words: int = 600) -> list[dict[str, str]]:
     return [
-        {"role": "system", "content": " ".join(load_text().split()[:600])},
+        {"role": "system", "content": " ".join(load_text().split()[:words])},
         {"role": "user", "content": question},
     ]
 
 
-def _prefill_alone(question: str, max_tokens: int) -> str:
+def _prefill_alone(question: str, max_tokens: int, words: int = 600) -> str:
     """The prefill deployment answering by itself (no PD hand-off): the reference."""
     from ray import serve
     from ray.llm._internal.serve.core.configs.openai_api_models import ChatCompletionRequest
@@ -57,7 +80,7 @@ def _prefill_alone(question: str, max_tokens: int) -> str:
     handle = serve.get_deployment_handle(f"Prefill:{MODEL}", app_name=APP)
     req = ChatCompletionRequest(
         model=MODEL,
-        messages=_messages(question),
+        messages=_messages(question, words),
         temperature=0,
         max_tokens=max_tokens,
         cache_salt=uuid.uuid4().hex,
@@ -96,34 +119,65 @@ def test_decode_answers_from_kv_pulled_over_moqt_from_the_prefill_node(pd_app: s
     assert loaded >= prompt - 1, json.dumps({k: v for k, v in after_c.items()})
 
 
-def test_losing_prefill_mid_request_ends_with_the_answer_or_an_error(pd_app: str) -> None:
+def _post_in_thread(
+    base: str, question: str, words: int
+) -> tuple[threading.Thread, dict[str, Any]]:
+    """A chat request on its own thread; its status, body and time land in the dict."""
     import httpx
-    import ray
 
-    q = "What does Mrs. Bennet want?"
-    ref = _prefill_alone(q, 16)
-    replica = next(
-        a for a in ray.util.list_named_actors(all_namespaces=True)
-        if a["namespace"] == "serve" and f"Prefill:{MODEL}" in a["name"]
-    )  # fmt: skip
     result: dict[str, Any] = {}
 
     def call() -> None:
         t0 = time.monotonic()
         resp = httpx.post(
-            f"{pd_app}/v1/chat/completions",
-            json={"model": MODEL, "messages": _messages(q), "temperature": 0, "max_tokens": 16,
-                  "cache_salt": uuid.uuid4().hex},
+            f"{base}/v1/chat/completions",
+            json={"model": MODEL, "messages": _messages(question, words), "temperature": 0,
+                  "max_tokens": 16, "cache_salt": uuid.uuid4().hex},
             timeout=300,
         )  # fmt: skip
         result.update(status=resp.status_code, body=resp.json(), took=time.monotonic() - t0)
 
-    node = _decode_node()
-    before_c, _ = _board()
     t = threading.Thread(target=call)
     t.start()
+    return t, result
+
+
+def _prefill_replica() -> Any:
+    import ray
+
+    name = next(
+        a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+        if a["namespace"] == "serve" and f"Prefill:{MODEL}" in a["name"]
+    )  # fmt: skip
+    return ray.get_actor(name, namespace="serve")
+
+
+def _pd_stats() -> dict[str, int]:
+    from ray import serve
+
+    handle = serve.get_deployment_handle(f"Decode:{MODEL}", app_name=APP)
+    return dict(handle.pd_stats.remote().result(timeout_s=60))
+
+
+def _lost(before: dict[str, int], after: dict[str, int]) -> int:
+    return sum(after[k] - before.get(k, 0) for k in after)
+
+
+def test_losing_the_prefill_replica_mid_request_still_ends_with_the_answer(pd_app: str) -> None:
+    """The prefill replica killed while a request is in flight: the request still ends 200 with
+    the prefill engine's own answer (decode recomputes what did not arrive), and decode either
+    loaded the whole track before the kill or counted its fallback."""
+    import ray
+
+    q = "What does Mrs. Bennet want?"
+    ref = _prefill_alone(q, 16)
+    node = _decode_node()
+    before_c, _ = _board()
+    before_pd = _pd_stats()
+    t, result = _post_in_thread(pd_app, q, 600)
     time.sleep(0.3)  # the request is in flight: prefill is computing, decode following
-    ray.kill(ray.get_actor(replica["name"], namespace="serve"), no_restart=False)
+    assert t.is_alive(), "the request ended before the kill"
+    ray.kill(_prefill_replica(), no_restart=False)
     t.join(timeout=240)
     assert not t.is_alive(), "the request hung after prefill died"
     time.sleep(3)  # connector counters reach the board every 2 s
@@ -136,10 +190,87 @@ def test_losing_prefill_mid_request_ends_with_the_answer_or_an_error(pd_app: str
             if v.get("node_id") == node
         )
 
-    prompt = int(result["body"].get("usage", {}).get("prompt_tokens", 0) or 0)
-    if result["status"] == 200:
-        assert result["body"]["choices"][0]["message"]["content"] == ref
-        # decode either got the whole track before prefill died, or fell back and said so
-        assert on_decode("tokens_loaded") >= prompt - 1 or on_decode("load_errors") >= 1
-    else:
-        assert 400 <= result["status"] < 600 and result["body"]["error"]["message"]
+    assert result["status"] == 200, result
+    assert result["body"]["choices"][0]["message"]["content"] == ref
+    prompt = int(result["body"]["usage"]["prompt_tokens"])
+    fell_back = on_decode("load_errors") + _lost(before_pd, _pd_stats())
+    assert on_decode("tokens_loaded") >= prompt - 1 or fell_back >= 1, (result, fell_back)
+
+
+def _process_tree(actor: Any) -> list[int]:
+    """PIDs of an actor's worker process and its children (vLLM's engine processes)."""
+    import ray
+
+    pid = int(ray.get(actor.__ray_call__.remote(lambda _: __import__("os").getpid()), timeout=60))
+    import psutil
+
+    return [pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))]
+
+
+def test_losing_the_prefill_node_mid_request_still_answers_and_decode_stops_waiting(
+    pd_app: str, prefill_node: Any
+) -> None:
+    """The prefill node's raylet killed while a request is in flight (asserted: the request had
+    not ended; afterwards the GCS marks the node dead, the directory drops its relay, and every
+    process of the prefill replica is gone). No prefill replica can be placed any more, so Ray
+    Serve LLM's hand-off would wait for one forever; decode stops waiting after
+    ``pd_prefill_timeout_s``. The request still ends 200 with the reference answer, decode
+    counted the lost prefill, the decode node's relay and the directory kept their incarnations,
+    and a later request with the same prompt reuses its prefix (``cached_tokens``). Last in the
+    module: the prefill deployment stays unplaceable."""
+    import psutil
+    import ray
+
+    from ray_kvmoq.relay.actor import DIRECTORY_NAME, relay_name
+
+    q, words = "Why does Mr. Darcy refuse to dance?", 1500  # ~2000 tokens: seconds of prefill
+    ref = _prefill_alone(q, 16, words)
+    victim_node = next(
+        n["NodeID"] for n in ray.nodes() if n["NodeManagerAddress"] == "127.0.0.4" and n["Alive"]
+    )
+    pids = _process_tree(_prefill_replica())
+    directory = ray.get_actor(DIRECTORY_NAME, namespace="kvmoq")
+    decode_relay = ray.get_actor(relay_name(_decode_node()), namespace="kvmoq")
+    kept = ray.get([directory.get_incarnation.remote(), decode_relay.get_incarnation.remote()])
+    before_pd = _pd_stats()
+
+    t, result = _post_in_thread(pd_app, q, words)
+    time.sleep(0.5)  # routed: prefill computing on 127.0.0.4, decode following its track
+    assert t.is_alive(), "the request ended before the kill"
+    prefill_node.kill_raylet()
+    killed_at = time.monotonic()
+    t.join(timeout=240)
+    assert not t.is_alive(), "the request hung after the prefill node died"
+    assert result["status"] == 200, result
+    assert result["body"]["choices"][0]["message"]["content"] == ref
+    assert result["took"] < PREFILL_TIMEOUT_S + 120, result["took"]
+    assert _lost(before_pd, _pd_stats()) >= 1, _pd_stats()
+
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        dead = not any(n["NodeID"] == victim_node and n["Alive"] for n in ray.nodes())
+        dropped = victim_node not in {i.node_id for i in ray.get(directory.nodes.remote())}
+        if dead and dropped:
+            break
+        time.sleep(1.0)
+    assert dead and dropped, {"node dead in the GCS": dead, "relay dropped": dropped}
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and any(psutil.pid_exists(p) for p in pids):
+        time.sleep(1.0)
+    left = [p for p in pids if psutil.pid_exists(p)]
+    for p in left:  # stop what the test started, by PID, before failing on it
+        psutil.Process(p).kill()
+    assert not left, f"prefill replica processes outlived their node: {left}"
+    assert ray.get(
+        [directory.get_incarnation.remote(), decode_relay.get_incarnation.remote()]
+    ) == kept  # fmt: skip
+
+    t, again = _post_in_thread(pd_app, q, words)
+    t.join(timeout=240)
+    assert not t.is_alive() and again["status"] == 200, again
+    cached = int(again["body"]["usage"]["prompt_tokens_details"]["cached_tokens"] or 0)
+    assert cached >= 256, again["body"]["usage"]
+    print(
+        f"node lost: answered in {result['took']:.1f} s; the next request in {again['took']:.1f} s "
+        f"({time.monotonic() - killed_at:.0f} s after the kill) with {cached} cached tokens"
+    )
