@@ -19,7 +19,10 @@ Model, per direction and datagram, in this order:
 * **loss**: dropped with probability ``loss`` (``dropped_loss``);
 * **delay**: ``rtt_ms / 2`` plus a uniform jitter in ``[0, jitter_ms]``;
 * **reordering**: with probability ``reorder``, ``reorder_ms`` more, so later datagrams overtake it;
-* **duplication**: with probability ``duplicate``, a second copy 0.1 ms after the first.
+* **duplication**: with probability ``duplicate``, a second copy 0.1 ms after the first;
+* **bottleneck**: with ``rate_mbit``, datagrams leave one after another at that rate (each
+  waits for the ones ahead of it: serialization delay, added to the delay above); one that
+  would wait longer than ``queue_ms`` is dropped (a tail-drop router buffer, ``dropped_queue``).
 
 Jitter alone reorders too (delays are independent per datagram); set ``jitter_ms=0`` for a
 FIFO path. ``max_datagram`` records the largest datagram seen, so a test can check the path
@@ -76,6 +79,10 @@ class Impairment:
     """Open one blackout window once this many bytes went downstream (0: never by itself)."""
     blackout_s: float = 0.0
     """Length of that window (and the default for :meth:`Impairer.blackout`)."""
+    rate_mbit: float = 0.0
+    """Bottleneck bandwidth per direction in Mbit/s (0: unlimited)."""
+    queue_ms: float = 100.0
+    """With ``rate_mbit``: the longest a datagram waits in the bottleneck's queue."""
     seed: int = 1
     """Seed of the per-direction random streams."""
 
@@ -84,7 +91,7 @@ class Impairment:
             p = getattr(self, name)
             if not 0.0 <= p <= 1.0:
                 raise ValueError(f"{name} must be a probability, got {p}")
-        for name in ("rtt_ms", "jitter_ms", "reorder_ms", "blackout_s"):
+        for name in ("rtt_ms", "jitter_ms", "reorder_ms", "blackout_s", "rate_mbit", "queue_ms"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
 
@@ -103,6 +110,8 @@ class ImpairStats:
     """Dropped by the loss draw."""
     dropped_blackout: int = 0
     """Dropped while a blackout window was open."""
+    dropped_queue: int = 0
+    """Dropped at a full bottleneck queue (``rate_mbit``)."""
     duplicated: int = 0
     """Extra copies sent."""
     reordered: int = 0
@@ -128,6 +137,7 @@ class Impairer:
         self._rng = {UP: random.Random(impairment.seed), DOWN: random.Random(impairment.seed + 1)}
         self._blackout_until = -1.0
         self._auto_blackout_done = impairment.blackout_after_bytes <= 0
+        self._link_free_at = {UP: 0.0, DOWN: 0.0}
 
     def blackout(self, now: float, seconds: float | None = None) -> None:
         """Drop every datagram, both ways, from ``now`` for ``seconds`` (default ``blackout_s``)."""
@@ -159,6 +169,13 @@ class Impairer:
             st.dropped_loss += 1
             return []
         delay = imp.rtt_ms / 2000.0
+        if imp.rate_mbit:
+            start = max(now, self._link_free_at[direction])
+            if start - now > imp.queue_ms / 1000.0:
+                st.dropped_queue += 1
+                return []
+            self._link_free_at[direction] = start + size * 8 / (imp.rate_mbit * 1e6)
+            delay += self._link_free_at[direction] - now
         if imp.jitter_ms:
             delay += rng.uniform(0.0, imp.jitter_ms / 1000.0)
         if imp.reorder and rng.random() < imp.reorder:

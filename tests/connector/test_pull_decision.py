@@ -19,18 +19,19 @@ class _Board:
 
     node_id = "B"
 
-    def __init__(self, pull_s_per_byte: float) -> None:
+    def __init__(self, pull_s_per_byte: float, prefill_s_per_token: float) -> None:
         f = Figures()
         f.report("pull_s_per_byte", "B", pull_s_per_byte)
-        f.report("prefill_s_per_token", "B", 1e-3)
+        f.report("prefill_s_per_token", "B", prefill_s_per_token)
         self.snapshot: FiguresSnapshot = f.snapshot()
 
     def figures(self) -> FiguresSnapshot:
         return self.snapshot
 
 
-def _side(pull_s_per_byte: float) -> SchedulerSide:
-    board: Any = _Board(pull_s_per_byte)
+def _side(pull_s_per_byte: float, prefill_s_per_token: float = 1e-3) -> SchedulerSide:
+    """A scheduler side on node B whose board holds these two figures."""
+    board: Any = _Board(pull_s_per_byte, prefill_s_per_token)
     return SchedulerSide(
         ConnectorConfig(), bridge=board, model="m", block_size=16, kv_dtype="bfloat16",
         producer=True, consumer_only=False, bytes_per_token={b"BF16": BPT},

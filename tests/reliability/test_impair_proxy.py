@@ -43,6 +43,17 @@ def test_blackout_after_bytes_opens_once_for_its_length() -> None:
     assert imp.stats.blackouts == 1 and imp.stats.dropped_blackout == 2
 
 
+def test_a_bottleneck_serializes_datagrams_at_its_rate_and_tail_drops_past_its_queue() -> None:
+    # 8 Mbit/s: a 1000-byte datagram takes 1 ms on the wire; a 5 ms queue holds 5 of them
+    imp = Impairer(Impairment(rate_mbit=8, queue_ms=5, rtt_ms=2))
+    fates = [imp.decide(DOWN, 1000, 0.0) for _ in range(10)]
+    sent = [f[0] for f in fates if f]
+    assert sent == pytest.approx([0.001 + 0.001 * k for k in range(1, 7)])  # 1 ms one-way + queue
+    assert imp.stats.dropped_queue == 4 and imp.stats.sent[DOWN] == 6
+    assert imp.decide(UP, 1000, 0.0) == pytest.approx([0.002])  # each direction its own link
+    assert imp.decide(DOWN, 1000, 0.1) == pytest.approx([0.002])  # drained by then
+
+
 @pytest.mark.parametrize("field", ["loss", "reorder", "duplicate"])
 def test_probabilities_are_checked(field: str) -> None:
     with pytest.raises(ValueError):

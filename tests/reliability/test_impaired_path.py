@@ -6,11 +6,15 @@ proxy. Every pull must be bit-exact (SHA-256 of B's sealed groups == what A publ
 0/1/5/10 % loss × 0/10/50 ms added RTT, end before its timeout, and stay within the path MTU;
 the proxy's counters prove the impairment was applied. Blackouts: a short one mid-transfer is
 survived; one longer than the QUIC idle timeout fails the pull with a RelayError well before
-the pull's own timeout (never a hang). Skips with the reason when ``ip netns`` is not allowed.
+the pull's own timeout (never a hang). A bottleneck (``rate_mbit``) throttles a real pull, and
+the speed measured from it makes the connector and the router recompute instead of pulling.
+Skips with the reason when ``ip netns`` is not allowed.
 """
 
 from __future__ import annotations
 
+import math
+import random
 from collections.abc import Iterator
 
 import pytest
@@ -18,6 +22,10 @@ import pytest
 from ray_kvmoq.bench.impair import PathRun
 from ray_kvmoq.bench.impair_netns import netns_path, netns_unavailable, remove_stale
 from ray_kvmoq.bench.impair_proxy import Impairment
+from ray_kvmoq.connector.figures import Figures
+from ray_kvmoq.serving.costmodel import Candidate, RequestView
+from ray_kvmoq.serving.router import rank
+from tests.connector.test_pull_decision import BPT, _remote_req, _side
 
 WHY = netns_unavailable()
 pytestmark = [pytest.mark.skipif(WHY is not None, reason=WHY or ""), pytest.mark.slow]
@@ -87,3 +95,48 @@ def test_blackout_longer_than_idle_timeout_fails_the_pull_not_hangs(run: PathRun
     assert res.proxy["dropped_blackout"] > 0
     assert res.proxy["sent"]["down"] > 0 and res.result["bytes"] < run.total_bytes  # mid-transfer
     assert res.result["relay"]["groups_in_flight"] == 0  # every waiter was woken with the error
+
+
+@pytest.mark.timeout(120)
+def test_a_throttled_pull_is_measured_slower_than_recompute_so_connector_and_router_recompute(
+    run: PathRun,
+) -> None:
+    """The same track pulled through an open path and through a 2 Mbit/s bottleneck. The pull
+    speeds measured from the two real pulls (seconds per byte, as the relay probe and the
+    connector measure them) go on a figures board next to a prefill speed between them: with
+    the open path's figure the connector loads the remote groups and the router plans a pull;
+    with the throttled figure the connector declines (after its one probe per period) and the
+    router plans recompute on that replica."""
+    fast = run.pull(Impairment(), timeout=PULL_TIMEOUT)
+    slow = run.pull(Impairment(rate_mbit=2.0), timeout=PULL_TIMEOUT)
+    assert fast.ok and fast.bit_exact and slow.ok and slow.bit_exact, (fast.error, slow.error)
+    assert slow.mb_s <= 2.0 / 8 * 1.05, slow.mb_s  # the bottleneck held (0.25 MB/s)
+    fast_spb, slow_spb = fast.seconds / run.total_bytes, slow.seconds / run.total_bytes
+    assert slow_spb > 4 * fast_spb, (fast.mb_s, slow.mb_s)
+    prefill = (
+        math.sqrt(fast_spb * slow_spb) * BPT
+    )  # s/token: slower than one pull, faster than the other
+
+    decisions = {}
+    for name, spb in (("fast", fast_spb), ("slow", slow_spb)):
+        side = _side(spb, prefill)
+        st = _remote_req(3)
+        first = side._worth_loading(st, known=3, num_computed=0)
+        second = side._worth_loading(st, known=3, num_computed=0)
+        f = Figures()
+        for node in ("A", "B"):
+            f.report("prefill_s_per_token", node, prefill)
+            f.report("pull_s_per_byte", node, spb)
+            f.report("local_s_per_byte", node, 1e-11)
+        req = RequestView(
+            prompt_tokens=8 * 128 + 40, chunk_size=128, bytes_per_token=BPT,
+            holders=[frozenset({"A"})] * 8, hashes=[f"h{k}" for k in range(8)],
+        )  # fmt: skip
+        busy_a = Candidate(key="rA", node_id="A", queue_len=6)
+        order, _, best = rank(req, [busy_a, Candidate(key="rB", node_id="B")], f.snapshot(),
+                              random.Random(0))  # fmt: skip
+        assert order[0] == "rB" and best is not None
+        decisions[name] = (first, second, best.remote_chunks, side.counters.totals())
+    assert decisions["fast"][:3] == (3, 3, 8), decisions
+    assert decisions["slow"][:3] == (3, 0, 0), decisions  # probe, then declined; router: recompute
+    assert decisions["slow"][3]["pulls_declined"] == 1 and decisions["slow"][3]["pulls_probed"] == 1
