@@ -33,10 +33,9 @@ def app(serve_http: str) -> Iterator[str]:
         server={"num_replicas": 2, "num_cpus": 1, "resources": {"engine_slot": 1}},
         relay_datagram_size=9000,
         relay_budget_mb=64,  # small enough to fill early: the soak then checks a full cache
-        # 64 in flight + 48 queued at the ingress: the overload test goes past it, the others
-        # stay well inside (the queue holds requests waiting to be assigned, and 32 clients
-        # starting at once all wait at once: a 16-request queue refused one of them in CI)
-        ingress={"num_cpus": 0.25, "max_ongoing_requests": 64, "max_queued_requests": 48},
+        # 64 in flight + 16 queued at the ingress: the overload test goes past it, the others
+        # stay inside (but see the 32-client test on Serve's admission at a simultaneous start)
+        ingress={"num_cpus": 0.25, "max_ongoing_requests": 64, "max_queued_requests": 16},
         kv_timeout_s=30.0,
     )
     with deployed(serve_http, "combined", args) as base:
@@ -223,8 +222,14 @@ def test_32_streaming_clients_a_fifth_hanging_up_lose_nothing_and_the_engines_st
     app: str,
 ) -> None:
     """32 closed-loop streaming clients for 30 s, 20 % hanging up after two chunks: every request
-    ends answered or disconnected on purpose (none lost, none errored), and vLLM's scheduler
-    aborted one request per hang-up, each before it generated its 128 allowed tokens."""
+    ends answered, disconnected on purpose, or refused with a reason (none lost, none errored),
+    and vLLM's scheduler aborted one request per hang-up, each before it generated its 128
+    allowed tokens.
+
+    Refusals: Serve counts a request as queued until it is assigned a replica, and 32 requests
+    arriving in the same instant can briefly exceed the 16-request queue (Serve's router says so
+    itself: "we may reject more requests than strictly necessary"). In CI one start refused 1
+    request of 41. A few refusals at the start are allowed; a refusal without a reason is not."""
     import asyncio
 
     from ray_kvmoq.bench.load import Workload, drive, engine_counters, summarize
@@ -234,7 +239,8 @@ def test_32_streaming_clients_a_fifth_hanging_up_lose_nothing_and_the_engines_st
     before = engine_counters()
     outcomes = asyncio.run(drive(app, wl, clients=32, duration_s=30, seed=1))
     s = summarize(outcomes, 30)
-    assert s["lost"] == 0 and s["error"] == 0 and s["refused"] == 0, json.dumps(s)
+    assert s["lost"] == 0 and s["error"] == 0 and s["refused"] <= 4, json.dumps(s)
+    assert all(o.detail for o in outcomes if o.kind == "refused"), json.dumps(s)
     assert s["answered"] >= 8 and s["disconnected"] >= 2, json.dumps(s)
     after = _engine_counters_settled(before, "requests_aborted", s["disconnected"])
     aborted = after["requests_aborted"] - before.get("requests_aborted", 0)
@@ -289,7 +295,7 @@ def test_responses_and_headers_name_no_ray_node_and_no_kv_location(app: str) -> 
 
 
 def test_a_burst_past_the_ingress_queue_is_refused_with_503_and_nothing_is_lost(app: str) -> None:
-    """160 streaming clients at once against an ingress that admits 64 ongoing + 48 queued
+    """160 streaming clients at once against an ingress that admits 64 ongoing + 16 queued
     requests: the excess is refused with 503 (a bounded queue, not an unbounded wait), each
     refusal says why, and every admitted request is answered — none lost, none errored."""
     import asyncio
@@ -301,7 +307,7 @@ def test_a_burst_past_the_ingress_queue_is_refused_with_503_and_nothing_is_lost(
     outcomes = asyncio.run(drive(app, wl, clients=160, duration_s=2.0, seed=7))
     s = summarize(outcomes, 2.0)
     assert s["lost"] == 0 and s["error"] == 0, json.dumps(s)
-    assert s["refused"] >= 160 - (64 + 48) and set(s["statuses"]) == {"200", "503"}, json.dumps(s)
+    assert s["refused"] >= 160 - (64 + 16) and set(s["statuses"]) == {"200", "503"}, json.dumps(s)
     assert s["answered"] >= 64, json.dumps(s)  # the admitted ones all finished
     refused = [o for o in outcomes if o.kind == "refused"]
     assert all(o.detail for o in refused), refused[:3]

@@ -211,13 +211,14 @@ def test_losing_the_prefill_node_mid_request_still_answers_and_decode_stops_wait
     pd_app: str, prefill_node: Any
 ) -> None:
     """The prefill node's raylet killed while a request is in flight (asserted: the request had
-    not ended; afterwards the GCS marks the node dead, the directory drops its relay, and every
-    process of the prefill replica is gone). No prefill replica can be placed any more, so Ray
-    Serve LLM's hand-off would wait for one forever; decode stops waiting after
-    ``pd_prefill_timeout_s``. The request still ends 200 with the reference answer, decode
-    counted the lost prefill, the decode node's relay and the directory kept their incarnations,
-    and a later request with the same prompt reuses its prefix (``cached_tokens``). Last in the
-    module: the prefill deployment stays unplaceable."""
+        not ended; afterwards the GCS marks the node dead, the directory drops its relay, and every
+        process of the prefill replica is gone). No prefill replica can be placed any more, so Ray
+        Serve LLM's hand-off would wait for one forever; decode stops waiting after
+        ``pd_prefill_timeout_s``. The request still ends 200 with the reference answer, decode
+        counted the lost prefill, the decode node's relay and the directory kept their incarnations
+    (the directory's epoch),
+        and a later request with the same prompt reuses its prefix (``cached_tokens``). Last in the
+        module: the prefill deployment stays unplaceable."""
     import psutil
     import ray
 
@@ -231,7 +232,7 @@ def test_losing_the_prefill_node_mid_request_still_answers_and_decode_stops_wait
     pids = _process_tree(_prefill_replica())
     directory = ray.get_actor(DIRECTORY_NAME, namespace="kvmoq")
     decode_relay = ray.get_actor(relay_name(_decode_node()), namespace="kvmoq")
-    kept = ray.get([directory.get_incarnation.remote(), decode_relay.get_incarnation.remote()])
+    kept = ray.get([directory.epoch.remote(), decode_relay.get_incarnation.remote()])
     before_pd = _pd_stats()
 
     t, result = _post_in_thread(pd_app, q, words)
@@ -261,9 +262,7 @@ def test_losing_the_prefill_node_mid_request_still_answers_and_decode_stops_wait
     for p in left:  # stop what the test started, by PID, before failing on it
         psutil.Process(p).kill()
     assert not left, f"prefill replica processes outlived their node: {left}"
-    assert ray.get(
-        [directory.get_incarnation.remote(), decode_relay.get_incarnation.remote()]
-    ) == kept  # fmt: skip
+    assert ray.get([directory.epoch.remote(), decode_relay.get_incarnation.remote()]) == kept
 
     t, again = _post_in_thread(pd_app, q, words)
     t.join(timeout=240)
