@@ -116,12 +116,16 @@ class FiguresBoard:
 
 
 def figures_board(namespace: str = "kvmoq") -> Any:
-    """The ``kvmoq_figures`` actor (created, detached and restartable, if absent)."""
+    """The ``kvmoq_figures`` actor (created, detached and restartable, on the head node, if
+    absent)."""
     import ray
+
+    from ray_kvmoq.relay.actor import on_head_node
 
     actor_cls: Any = ray.remote(  # type: ignore[call-overload]  # enable_task_events: not in the stubs
         num_cpus=0, max_restarts=-1, max_task_retries=-1, enable_task_events=False
     )(FiguresBoard)
     return actor_cls.options(
-        name=FIGURES_NAME, namespace=namespace, get_if_exists=True, lifetime="detached"
-    ).remote()
+        name=FIGURES_NAME, namespace=namespace, get_if_exists=True, lifetime="detached",
+        **on_head_node(),
+    ).remote()  # fmt: skip

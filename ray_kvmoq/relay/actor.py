@@ -62,6 +62,7 @@ __all__ = [
     "RelayActor",
     "get_directory",
     "local_relay",
+    "on_head_node",
     "read_cluster_secret",
     "relay_name",
     "start_relays",
@@ -305,6 +306,16 @@ async def _retry_missing(fn: Callable[[], Awaitable[_T]], wait_s: float) -> _T:
         await asyncio.sleep(0.05)
 
 
+def on_head_node() -> dict[str, Any]:
+    """Actor options that place a cluster singleton (the directory, the figures board) on the
+    head node, as Ray Train places its state actor: a sliver of the head's own resource. The
+    head holds the GCS, so a singleton there is lost only with the whole cluster; on a worker
+    node it would go down with that node and be unreachable until the GCS noticed the death and
+    restarted it elsewhere. (A soft node affinity to the head's id landed on a worker node in
+    1 of 5 tries here.) A restarted head has the same resource, so restarts land there too."""
+    return {"resources": {"node:__internal_head__": 0.001}}
+
+
 def get_directory(
     *, create: bool = True, namespace: str | None = None, detached: bool = True
 ) -> Any:
@@ -315,7 +326,7 @@ def get_directory(
     """
     if not create:
         return ray.get_actor(DIRECTORY_NAME, namespace=namespace)
-    opts: dict[str, Any] = {"max_restarts": -1, "max_task_retries": -1}
+    opts: dict[str, Any] = {"max_restarts": -1, "max_task_retries": -1, **on_head_node()}
     if detached:
         opts["lifetime"] = "detached"
     handle = DirectoryActor.options(  # type: ignore[attr-defined]

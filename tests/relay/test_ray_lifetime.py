@@ -110,3 +110,29 @@ def test_relays_and_directory_survive_their_creator_restarts_and_rebuild(
         for h in (relay, directory):
             if h is not None:
                 ray.kill(h)
+
+
+def test_the_directory_and_the_figures_board_live_on_the_head_node_and_restart_there(
+    ray_cluster: Any,
+) -> None:
+    """Cluster singletons sit on the head (which holds the GCS): losing a worker node never
+    takes them down. Created from a driver, and again after a restart."""
+    import ray
+
+    from ray_kvmoq.connector.figures import figures_board
+    from ray_kvmoq.relay.actor import get_directory
+
+    def node_of(actor: Any) -> str:
+        get_node = lambda _: ray.get_runtime_context().get_node_id()  # noqa: E731
+        return str(ray.get(actor.__ray_call__.remote(get_node), timeout=60))
+
+    ns = "kvmoq_head_test"
+    actors = [get_directory(namespace=ns), figures_board(ns)]
+    try:
+        for actor in actors:
+            assert node_of(actor) == ray_cluster.head_node_id
+            ray.kill(actor, no_restart=False)
+            _wait_for(lambda a=actor: node_of(a) == ray_cluster.head_node_id, "a restart")
+    finally:
+        for actor in actors:
+            ray.kill(actor)
