@@ -120,9 +120,10 @@ def test_decode_answers_from_kv_pulled_over_moqt_from_the_prefill_node(pd_app: s
 
 
 def _post_in_thread(
-    base: str, question: str, words: int
+    base: str, question: str, words: int, salt: str | None = None
 ) -> tuple[threading.Thread, dict[str, Any]]:
-    """A chat request on its own thread; its status, body and time land in the dict."""
+    """A chat request on its own thread (its own cache salt unless given); its status, body and
+    time land in the dict."""
     import httpx
 
     result: dict[str, Any] = {}
@@ -132,7 +133,7 @@ def _post_in_thread(
         resp = httpx.post(
             f"{base}/v1/chat/completions",
             json={"model": MODEL, "messages": _messages(question, words), "temperature": 0,
-                  "max_tokens": 16, "cache_salt": uuid.uuid4().hex},
+                  "max_tokens": 16, "cache_salt": salt or uuid.uuid4().hex},
             timeout=300,
         )  # fmt: skip
         try:
@@ -239,7 +240,8 @@ def test_losing_the_prefill_node_mid_request_still_answers_and_decode_stops_wait
     kept = ray.get([directory.epoch.remote(), decode_relay.get_incarnation.remote()])
     before_pd = _pd_stats()
 
-    t, result = _post_in_thread(pd_app, q, words)
+    salt = uuid.uuid4().hex
+    t, result = _post_in_thread(pd_app, q, words, salt)
     time.sleep(0.5)  # routed: prefill computing on 127.0.0.4, decode following its track
     assert t.is_alive(), "the request ended before the kill"
     prefill_node.kill_raylet()
@@ -268,7 +270,7 @@ def test_losing_the_prefill_node_mid_request_still_answers_and_decode_stops_wait
     assert not left, f"prefill replica processes outlived their node: {left}"
     assert ray.get([directory.epoch.remote(), decode_relay.get_incarnation.remote()]) == kept
 
-    t, again = _post_in_thread(pd_app, q, words)
+    t, again = _post_in_thread(pd_app, q, words, salt)
     t.join(timeout=240)
     assert not t.is_alive() and again["status"] == 200, again
     cached = int(again["body"]["usage"]["prompt_tokens_details"]["cached_tokens"] or 0)
