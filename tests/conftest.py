@@ -14,13 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import hypothesis  # noqa: F401  # see below
 import pytest
-
-# Hypothesis is imported before any test imports vLLM's stack. Otherwise the Hypothesis pytest
-# plugin imports it lazily at session end, and after vLLM's imports CPython 3.11.7 fails there:
-# "SystemError: AST constructor recursion depth mismatch" (in pytest's assertion rewriting).
-# This happens with `pytest tests/serving/test_pd_prefill_bound.py` alone.
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # ~/.ray/auth_token is shared machine-wide
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")

@@ -84,6 +84,13 @@ def read_cluster_secret() -> bytes | None:
     return bytes(value) if value else None
 
 
+def _secret_id(secret: bytes | None) -> str | None:
+    """A short fingerprint of a cluster secret (None: no secret), safe to log and compare."""
+    import hashlib
+
+    return None if secret is None else hashlib.sha256(b"kvmoq-secret-id" + secret).hexdigest()[:16]
+
+
 def write_cluster_secret(secret: bytes) -> None:
     """Store the relays' cluster secret in the GCS (``kvmoq cluster-secret``; Ray's token auth
     guards who can read it)."""
@@ -376,6 +383,7 @@ class RelayActor:
         self._plane_fetches: list[int] = [0] * self.data_planes
         self._store = RayGroupStore()
         self.incarnation = secrets.token_hex(8)
+        self._security_id: str | None = "explicit"  # set by _start when it reads the secret
         """Random id of this process's life (a restarted relay has a new one)."""
 
     async def start(self) -> NodeInfo:
@@ -406,10 +414,12 @@ class RelayActor:
 
             # $KVMOQ_CLUSTER_SECRET, else the secret `kvmoq cluster-secret ensure` put in the
             # cluster's GCS, else None (self-signed certificates, no tokens)
+            env = os.environ.get("KVMOQ_CLUSTER_SECRET")
             secret = read_cluster_secret()
             opts["security"] = ClusterSecurity.from_env() or (
                 ClusterSecurity.from_secret(secret) if secret else None
             )
+            self._security_id = "env" if env else _secret_id(secret)
         if listen:
             from .downstream import RelayNetwork  # MoQT side; late so the core stays Ray-testable
 
@@ -716,6 +726,12 @@ class RelayActor:
         out.update({f"plane_fetches_{i}": n for i, n in enumerate(self._plane_fetches)})
         return out
 
+    async def security_id(self) -> str | None:
+        """Which cluster secret this relay started with: a fingerprint of the GCS one, None
+        (none: no tokens), ``"env"`` ($KVMOQ_CLUSTER_SECRET) or ``"explicit"`` (given)."""
+        await self._ready()
+        return self._security_id
+
     async def get_incarnation(self) -> str:
         """Random id of this relay process (changes when Ray restarts the actor)."""
         return self.incarnation
@@ -865,4 +881,36 @@ def start_relays(
         if old != budget_bytes:
             log.info("relay on node %s: cache budget %d -> %d MiB", node_id[:8], old >> 20,
                      budget_bytes >> 20)  # fmt: skip
+    if security is None and not os.environ.get("KVMOQ_CLUSTER_SECRET"):
+        _restart_stale_security(handles, timeout_s)
     return handles
+
+
+def _restart_stale_security(handles: dict[str, Any], timeout_s: float) -> None:
+    """Restart every relay that runs with another cluster secret than the GCS holds now.
+
+    A relay reads the secret once, when it starts. One started before the secret existed (or
+    before ``kvmoq cluster-secret rotate``) would send no token, or a stale one, to relays
+    started after it, and they would refuse its pulls. A restarted relay reads the current
+    secret; what it cached is lost (the directory forgets it), never used unauthenticated."""
+    want = _secret_id(read_cluster_secret())
+    ids = ray.get([h.security_id.remote() for h in handles.values()], timeout=timeout_s)
+    stale = [n for n, got in zip(handles, ids, strict=True) if got not in (want, "env", "explicit")]
+    for node_id in stale:
+        log.warning(
+            "relay on node %s runs with another cluster secret than the GCS holds: restarting it",
+            node_id[:8],
+        )
+        old = ray.get(handles[node_id].get_incarnation.remote(), timeout=timeout_s)
+        ray.kill(handles[node_id], no_restart=False)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                if ray.get(handles[node_id].get_incarnation.remote(), timeout=timeout_s) != old:
+                    break
+            except (ray.exceptions.ActorUnavailableError, ray.exceptions.GetTimeoutError):
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"relay on node {node_id[:8]} did not restart in {timeout_s} s")
+            time.sleep(0.2)
+        ray.get(handles[node_id].security_id.remote(), timeout=timeout_s)  # started again

@@ -25,12 +25,11 @@ both cases.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 from ray.llm._internal.serve.core.server.llm_server import LLMServer
@@ -38,6 +37,8 @@ from ray.llm._internal.serve.serving_patterns.prefill_decode.pd_server import (
     PDDecodeServer,
     PDPrefillServer,
 )
+
+from .prefill_wait import PrefillStats, bounded_prefill
 
 __all__ = [
     "PREFILL_TIMEOUT_KEY",
@@ -125,8 +126,7 @@ class KVDecodeServer(KVServerMixin, PDDecodeServer):
     """PD decode replica: orchestrates prefill, follows the prompt's track, and never lets a
     failed or unplaceable prefill hold up or fail its answer (see the module docstring)."""
 
-    _pd_prefill_timeouts = 0
-    _pd_prefill_failures = 0
+    _pd_stats: PrefillStats | None = None
 
     def _concurrent_decode(  # the same call, with a bounded prefill stream
         self,
@@ -138,53 +138,18 @@ class KVDecodeServer(KVServerMixin, PDDecodeServer):
     ) -> AsyncIterator[Any]:
         configs = getattr(self._llm_config, "experimental_configs", None) or {}
         timeout_s = float(configs.get(PREFILL_TIMEOUT_KEY, _DEFAULT_PREFILL_TIMEOUT_S))
-        bounded = self._bounded_prefill(prefill_resp, timeout_s)
+        bounded = bounded_prefill(prefill_resp, timeout_s, self._prefill_stats())
         gen: AsyncIterator[Any] = super()._concurrent_decode(
             method, decode_request, bounded, raw_request_info, **kwargs
         )
         return gen
 
-    async def _bounded_prefill(self, resp: Any, timeout_s: float) -> AsyncGenerator[Any, None]:
-        """``resp``'s chunks until it ends, fails, or ``timeout_s`` passes; a failure or a
-        timeout ends the stream quietly (decode recomputes what did not arrive)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        it = resp.__aiter__()
-        try:
-            while True:
-                try:
-                    chunk = await asyncio.wait_for(it.__anext__(), max(0.0, deadline - loop.time()))
-                except StopAsyncIteration:
-                    return
-                yield chunk
-        except TimeoutError:
-            self._pd_prefill_timeouts += 1
-            log.warning(
-                "remote prefill unfinished after %.0f s (no prefill replica placeable?): "
-                "abandoned, decode answers from what it has",
-                timeout_s,
-            )
-            _cancel(resp)
-        except Exception as exc:  # the prefill replica or its node died
-            self._pd_prefill_failures += 1
-            log.warning(
-                "remote prefill failed (%s: %s): decode recomputes", type(exc).__name__, exc
-            )
-            _cancel(resp)
+    def _prefill_stats(self) -> PrefillStats:
+        if self._pd_stats is None:
+            self._pd_stats = PrefillStats()
+        return self._pd_stats
 
     async def pd_stats(self) -> dict[str, int]:
         """Remote prefills abandoned since the replica started: ``prefill_timeouts``,
         ``prefill_failures``."""
-        return {
-            "prefill_timeouts": self._pd_prefill_timeouts,
-            "prefill_failures": self._pd_prefill_failures,
-        }
-
-
-def _cancel(resp: Any) -> None:
-    cancel = getattr(resp, "cancel", None)
-    if cancel is not None:
-        try:
-            cancel()
-        except Exception as exc:  # already finished or gone
-            log.debug("cancelling the prefill response: %s", exc)
+        return self._prefill_stats().as_dict()

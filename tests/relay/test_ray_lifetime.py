@@ -136,3 +136,40 @@ def test_the_directory_and_the_figures_board_live_on_the_head_node_and_restart_t
     finally:
         for actor in actors:
             ray.kill(actor)
+
+
+def test_start_relays_restarts_a_relay_running_with_another_cluster_secret(
+    ray_cluster: Any,
+) -> None:
+    """A relay reads the cluster secret when it starts. After the GCS secret changes (created
+    late, or rotated), ``start_relays`` restarts the relays that run with the old one, so every
+    relay of the cluster sends and checks tokens with the same key."""
+    import ray
+
+    from ray_kvmoq.relay.actor import (
+        read_cluster_secret,
+        relay_name,
+        start_relays,
+        write_cluster_secret,
+    )
+
+    ns, prefix, node = "kvmoq_secret_test", "kvmoq_sec_", ray_cluster.node_ids["127.0.0.2"]
+    saved = read_cluster_secret()
+    relay = None
+    try:
+        write_cluster_secret(b"a" * 32)
+        relay = start_relays(node_ids=[node], name_prefix=prefix, namespace=ns)[node]
+        first = ray.get([relay.security_id.remote(), relay.get_incarnation.remote()], timeout=60)
+        again = start_relays(node_ids=[node], name_prefix=prefix, namespace=ns)[node]
+        assert ray.get([again.security_id.remote(), again.get_incarnation.remote()]) == first
+
+        write_cluster_secret(b"b" * 32)  # rotated
+        start_relays(node_ids=[node], name_prefix=prefix, namespace=ns)
+        sid, inc = ray.get([relay.security_id.remote(), relay.get_incarnation.remote()])
+        assert sid not in (None, first[0]) and inc != first[1]
+        assert relay_name(node, prefix) in {a["name"] for a in ray.util.list_named_actors(True)}
+    finally:
+        if saved is not None:
+            write_cluster_secret(saved)
+        if relay is not None:
+            ray.kill(relay)

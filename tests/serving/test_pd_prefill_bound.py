@@ -1,9 +1,11 @@
-"""``KVDecodeServer``'s bound on the remote prefill (no Serve, no engine: the wrapper alone).
+"""``KVDecodeServer``'s bound on the remote prefill (:mod:`ray_kvmoq.serving.prefill_wait`: no
+Serve, no engine, and no vLLM import in the test process).
 
 Ray Serve LLM awaits the prefill response before it ends a PD decode response; these check that
 the stream decode hands it passes a healthy prefill through unchanged, ends quietly (counted,
-cancelled) when the prefill fails or outlives its timeout, and never hides an ``ErrorResponse``
-chunk (a bad request is still the client's error). The end-to-end row, a prefill node lost
+cancelled) when the prefill fails or outlives its timeout, and never drops a chunk (an
+``ErrorResponse`` from a bad request still reaches the orchestrator, which shows it to the
+client). The end-to-end row, a prefill node lost
 mid-request, is ``tests/serving/test_app_pd.py``.
 """
 
@@ -13,7 +15,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from ray_kvmoq.serving.server import KVDecodeServer
+from ray_kvmoq.serving.prefill_wait import PrefillStats, bounded_prefill
 
 
 class _Resp:
@@ -38,17 +40,18 @@ class _Resp:
 
 
 def _drain(resp: _Resp, timeout_s: float) -> tuple[list[Any], dict[str, int], float]:
-    server = object.__new__(KVDecodeServer)
+    stats = PrefillStats()
 
-    async def run() -> tuple[list[Any], dict[str, int], float]:
+    async def run() -> tuple[list[Any], float]:
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         got = []
-        async for c in server._bounded_prefill(resp, timeout_s):
+        async for c in bounded_prefill(resp, timeout_s, stats):
             got.append(c)
-        return got, await server.pd_stats(), loop.time() - t0
+        return got, loop.time() - t0
 
-    return asyncio.run(run())
+    got, took = asyncio.run(run())
+    return got, stats.as_dict(), took
 
 
 def test_a_healthy_prefill_passes_through_unchanged_and_counts_nothing() -> None:
@@ -72,11 +75,13 @@ def test_a_failed_prefill_ends_the_stream_quietly_and_is_counted() -> None:
     assert stats == {"prefill_timeouts": 0, "prefill_failures": 1}
 
 
-def test_an_error_response_chunk_from_prefill_still_reaches_the_orchestrator() -> None:
-    from ray.llm._internal.serve.core.configs.openai_api_models import ErrorResponse
+class _ErrorChunk:
+    """Stands for Ray Serve LLM's ``ErrorResponse`` (a chunk, not an exception)."""
 
-    err = ErrorResponse(
-        error={"message": "prompt too long", "type": "BadRequestError", "code": 400}
-    )
+    message = "prompt too long"
+
+
+def test_an_error_chunk_from_prefill_is_passed_on_not_counted_as_a_lost_prefill() -> None:
+    err = _ErrorChunk()
     got, stats, _ = _drain(_Resp([err]), 5.0)
-    assert got == [err] and stats["prefill_failures"] == 0
+    assert got == [err] and stats == {"prefill_timeouts": 0, "prefill_failures": 0}

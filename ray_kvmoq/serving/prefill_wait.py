@@ -1,0 +1,73 @@
+"""The PD decode side's bound on its remote prefill (pure asyncio, no Serve, no vLLM).
+
+Ray Serve LLM's concurrent PD hand-off awaits the prefill response before it ends the decode
+response. :func:`bounded_prefill` wraps that response: chunks pass through untouched; a prefill
+that raises (its replica or node died) or is still unfinished after ``timeout_s`` (no replica
+can be placed) ends the stream quietly, is cancelled, and is counted in :class:`PrefillStats`.
+Decode has answered from the KV that arrived and recomputed the rest, so the lost prefill costs
+time, never the answer. Used by :class:`~.server.KVDecodeServer`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncGenerator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["PrefillStats", "bounded_prefill"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PrefillStats:
+    """Remote prefills a decode replica gave up on."""
+
+    prefill_timeouts: int = 0
+    """Unfinished after the timeout."""
+    prefill_failures: int = 0
+    """Ended with an exception (the prefill replica or its node died)."""
+
+    def as_dict(self) -> dict[str, int]:
+        """A plain copy."""
+        return asdict(self)
+
+
+async def bounded_prefill(
+    resp: Any, timeout_s: float, stats: PrefillStats
+) -> AsyncGenerator[Any, None]:
+    """``resp``'s chunks until it ends, fails, or ``timeout_s`` passes (see the module
+    docstring)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    it = resp.__aiter__()
+    try:
+        while True:
+            try:
+                chunk = await asyncio.wait_for(it.__anext__(), max(0.0, deadline - loop.time()))
+            except StopAsyncIteration:
+                return
+            yield chunk
+    except TimeoutError:
+        stats.prefill_timeouts += 1
+        log.warning(
+            "remote prefill unfinished after %.0f s (no prefill replica placeable?): "
+            "abandoned, decode answers from what it has",
+            timeout_s,
+        )
+        _cancel(resp)
+    except Exception as exc:  # the prefill replica or its node died
+        stats.prefill_failures += 1
+        log.warning("remote prefill failed (%s: %s): decode recomputes", type(exc).__name__, exc)
+        _cancel(resp)
+
+
+def _cancel(resp: Any) -> None:
+    cancel = getattr(resp, "cancel", None)
+    if cancel is not None:
+        try:
+            cancel()
+        except Exception as exc:  # already finished or gone
+            log.debug("cancelling the prefill response: %s", exc)
