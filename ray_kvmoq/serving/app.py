@@ -52,7 +52,8 @@ class ReplicaArgs(BaseModel):
     resources: dict[str, float] = Field(default_factory=dict)
     """Custom resources of each replica's engine bundle: ``{"prefill": 0.01}`` pins replicas
     to nodes that have that resource; a resource every node has exactly one unit of spreads
-    them one per node (Serve's ``max_replicas_per_node`` does not apply to placement groups)."""
+    them one per node (Serve's ``max_replicas_per_node`` does not apply to placement groups).
+    For the ingress: the replica's own resources (e.g. keep it on the head node)."""
     max_ongoing_requests: int = Field(default=64, ge=1)
     """Requests a replica accepts at once (Serve queues the rest in the caller, bounded by
     ``max_queued_requests``)."""

@@ -206,7 +206,10 @@ def build_app(args: AppArgs) -> Application:
         "num_replicas": args.ingress.num_replicas,
         "max_ongoing_requests": args.ingress.max_ongoing_requests,
         "max_queued_requests": args.ingress.max_queued_requests,
-        "ray_actor_options": {"num_cpus": args.ingress.num_cpus},
+        "ray_actor_options": {
+            "num_cpus": args.ingress.num_cpus,
+            "resources": args.ingress.resources,
+        },
     }
     ingress: Any = serve.deployment(ingress_cls, name="OpenAiIngress", **opts)
     return ingress.bind(

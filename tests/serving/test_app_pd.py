@@ -57,6 +57,9 @@ def pd_app(serve_http: str, prefill_node: Any) -> Iterator[str]:
         "pd.yaml",
         prefill={"num_replicas": 1, "num_cpus": 1, "resources": {"pd_prefill_node": 0.5}},
         decode={"num_replicas": 1, "num_cpus": 1, "resources": {"kvnode1": 0.5}},
+        # the ingress off the prefill node: the node-loss test kills that node, and an ingress
+        # replica there would take the in-flight request with it (the client sees a 500)
+        ingress={"num_cpus": 0.25, "resources": {"kvnode_head": 0.01}},
         relay_datagram_size=9000,
         kv_timeout_s=20.0,
         pd_prefill_timeout_s=PREFILL_TIMEOUT_S,
