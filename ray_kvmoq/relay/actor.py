@@ -383,8 +383,8 @@ class RelayActor:
         self._plane_fetches: list[int] = [0] * self.data_planes
         self._store = RayGroupStore()
         self.incarnation = secrets.token_hex(8)
-        self._security_id: str | None = "explicit"  # set by _start when it reads the secret
         """Random id of this process's life (a restarted relay has a new one)."""
+        self._security_id: str | None = "explicit"  # set by _start when it reads the secret
 
     async def start(self) -> NodeInfo:
         """Start the MoQT server and register with the directory; returns the address.
@@ -414,12 +414,10 @@ class RelayActor:
 
             # $KVMOQ_CLUSTER_SECRET, else the secret `kvmoq cluster-secret ensure` put in the
             # cluster's GCS, else None (self-signed certificates, no tokens)
-            env = os.environ.get("KVMOQ_CLUSTER_SECRET")
+            from_env = ClusterSecurity.from_env()
             secret = read_cluster_secret()
-            opts["security"] = ClusterSecurity.from_env() or (
-                ClusterSecurity.from_secret(secret) if secret else None
-            )
-            self._security_id = "env" if env else _secret_id(secret)
+            opts["security"] = from_env or (ClusterSecurity.from_secret(secret) if secret else None)
+            self._security_id = "env" if from_env else _secret_id(secret)
         if listen:
             from .downstream import RelayNetwork  # MoQT side; late so the core stays Ray-testable
 

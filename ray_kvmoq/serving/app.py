@@ -32,6 +32,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from ray.serve import Application
 
+from .prefill_wait import DEFAULT_PREFILL_TIMEOUT_S
+
 log = logging.getLogger(__name__)
 
 RAY_NAMESPACE = "kvmoq"
@@ -104,7 +106,7 @@ class AppArgs(BaseModel):
     """KV track compression (``auto``: the lossless track of ``dtype``)."""
     kv_timeout_s: float = Field(default=10.0, gt=0)
     """A KV load slower than this is recomputed."""
-    pd_prefill_timeout_s: float = Field(default=120.0, gt=0)
+    pd_prefill_timeout_s: float = Field(default=DEFAULT_PREFILL_TIMEOUT_S, gt=0)
     """PD: how long decode waits for its remote prefill to finish (a prefill lost with its node
     may otherwise wait for a replacement replica forever); decode has answered from what
     arrived by then, recomputing the rest."""

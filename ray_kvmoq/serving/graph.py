@@ -32,6 +32,7 @@ from ray_kvmoq.kvcache.layout import KVGeometry
 from ray_kvmoq.kvcache.registry import get_codec
 
 from .app import RAY_NAMESPACE, AppArgs, ReplicaArgs, model_geometry
+from .prefill_wait import PREFILL_TIMEOUT_KEY
 
 __all__ = ["build_app", "kv_model_name", "prepare_cluster", "probe_pull"]
 
@@ -164,8 +165,6 @@ def _llm_config(args: AppArgs, r: ReplicaArgs, role: str, deployment: str) -> An
     }
     experimental: dict[str, Any] = {}
     if role == "kv_consumer":
-        from .server import PREFILL_TIMEOUT_KEY
-
         experimental[PREFILL_TIMEOUT_KEY] = args.pd_prefill_timeout_s
     return LLMConfig(
         model_loading_config={"model_id": args.name(), "model_source": str(args.model_dir())},

@@ -16,9 +16,15 @@ from collections.abc import AsyncGenerator
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["PrefillStats", "bounded_prefill"]
+__all__ = ["DEFAULT_PREFILL_TIMEOUT_S", "PREFILL_TIMEOUT_KEY", "PrefillStats", "bounded_prefill"]
 
 log = logging.getLogger(__name__)
+
+PREFILL_TIMEOUT_KEY = "kvmoq_prefill_timeout_s"
+"""``LLMConfig.experimental_configs`` key of the decode deployment: seconds decode waits for its
+remote prefill to finish (the app's ``pd_prefill_timeout_s``)."""
+DEFAULT_PREFILL_TIMEOUT_S = 120.0
+"""The app's default ``pd_prefill_timeout_s`` (and the decode server's, without the key)."""
 
 
 @dataclass

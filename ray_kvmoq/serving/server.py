@@ -38,24 +38,18 @@ from ray.llm._internal.serve.serving_patterns.prefill_decode.pd_server import (
     PDPrefillServer,
 )
 
-from .prefill_wait import PrefillStats, bounded_prefill
+from .prefill_wait import (
+    DEFAULT_PREFILL_TIMEOUT_S,
+    PREFILL_TIMEOUT_KEY,
+    PrefillStats,
+    bounded_prefill,
+)
 
-__all__ = [
-    "PREFILL_TIMEOUT_KEY",
-    "KVDecodeServer",
-    "KVLLMServer",
-    "KVPrefillServer",
-    "KVServerMixin",
-]
+__all__ = ["KVDecodeServer", "KVLLMServer", "KVPrefillServer", "KVServerMixin"]
 
 log = logging.getLogger(__name__)
 
 _PROBE_TOKENS = 512
-
-PREFILL_TIMEOUT_KEY = "kvmoq_prefill_timeout_s"
-"""``LLMConfig.experimental_configs`` key of the decode deployment: seconds decode waits for its
-remote prefill to finish (the app's ``pd_prefill_timeout_s``)."""
-_DEFAULT_PREFILL_TIMEOUT_S = 120.0
 
 
 class KVServerMixin:
@@ -137,7 +131,7 @@ class KVDecodeServer(KVServerMixin, PDDecodeServer):
         **kwargs: Any,
     ) -> AsyncIterator[Any]:
         configs = getattr(self._llm_config, "experimental_configs", None) or {}
-        timeout_s = float(configs.get(PREFILL_TIMEOUT_KEY, _DEFAULT_PREFILL_TIMEOUT_S))
+        timeout_s = float(configs.get(PREFILL_TIMEOUT_KEY, DEFAULT_PREFILL_TIMEOUT_S))
         bounded = bounded_prefill(prefill_resp, timeout_s, self._prefill_stats())
         gen: AsyncIterator[Any] = super()._concurrent_decode(
             method, decode_request, bounded, raw_request_info, **kwargs
