@@ -5,7 +5,8 @@ One run on a private two-node Ray cluster on this machine (head + a node on 127.
 layout of the test fixture), or on an existing cluster with ``--address``. Each *row* starts a
 fresh relay pair with its transport settings, then repeats ``--repeat`` times:
 
-* **pull**: a track of ``--mb`` MiB (groups of ``--group-mb``) is published on node A; a
+* **pull**: a track of ``--mb`` MiB (groups of ``--group-mb``, each of ``--objects`` equal
+  objects: one per token, as a KV track has them) is published on node A; a
   consumer on node B asks B's relay for every group at once (``get_group_refs``: pipelined
   range FETCHes striped over K data planes) and awaits the refs. Timed at the consumer.
 * **ray.get**: the same consumer awaits A's own refs to the same groups (``ray.get`` of the
@@ -24,17 +25,19 @@ Progress goes to stderr; ``--json`` prints one object: ``rows`` (each with ``dat
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import click
+
+from .cluster import stdout_to_stderr, two_node_cluster
 
 NS = ["moq://kvcache.moq.arpa/v1/", "bench", "relay"]
 
@@ -50,20 +53,24 @@ def _actor_classes() -> tuple[Any, Any]:
     class Publisher:
         """Publishes synthetic groups on one node (stands in for a prefill replica)."""
 
-        def __init__(self, group_bytes: int) -> None:
+        def __init__(self, group_bytes: int, objects: int) -> None:
             from ray_kvmoq.moqt.api import Group
 
             block = os.urandom(1 << 20)
-            self.payload = (block * (group_bytes // len(block) + 1))[:group_bytes]
+            data = memoryview((block * (group_bytes // len(block) + 1))[:group_bytes])
+            # one object per token, as a KV track has them: `objects` equal slices of the group
+            step = -(-group_bytes // objects)
+            self.payloads = [data[i : i + step] for i in range(0, group_bytes, step)]
+            self.group_bytes = group_bytes
             self.group_cls = Group
 
         async def publish(self, relay: Any, track: str, groups: int, end: bool = True) -> int:
             for g in range(groups):
-                group = self.group_cls.from_payloads(g, [self.payload])
+                group = self.group_cls.from_payloads(g, self.payloads)
                 last = end and g == groups - 1
                 await relay.publish_group.remote(NS, track, g, group, end_of_track=last)
             await relay.flush_directory.remote()
-            return groups * len(self.payload)
+            return groups * self.group_bytes
 
     @ray.remote(num_cpus=0)
     class Consumer:
@@ -111,26 +118,6 @@ def _pinned(cls: Any, node_id: str, **kw: Any) -> Any:
     return cls.options(
         num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)
     ).remote(**kw)
-
-
-def _start_cluster(store_bytes: int) -> Any:
-    from ray.cluster_utils import Cluster
-
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    os.makedirs("/tmp/ray", exist_ok=True)  # Cluster.add_node writes its address file there
-    _log("starting a 2-node Ray cluster (head + 127.0.0.2)")
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args=dict(
-            num_cpus=2,
-            include_dashboard=False,
-            object_store_memory=store_bytes,
-            temp_dir=tempfile.mkdtemp(prefix="rkb", dir="/tmp"),
-        ),
-    )
-    cluster.add_node(num_cpus=2, node_ip_address="127.0.0.2", object_store_memory=store_bytes)
-    cluster.wait_for_nodes()
-    return cluster
 
 
 @dataclass(frozen=True)
@@ -285,6 +272,13 @@ def _fanout(b: _Bench, row: Row, subscribers: int, groups: int) -> dict[str, Any
     }
 
 
+def _kill_all(actors: list[Any]) -> None:
+    import ray
+
+    for a in actors:
+        ray.kill(a)
+
+
 def run_bench(
     *,
     rows: list[Row],
@@ -293,6 +287,7 @@ def run_bench(
     repeat: int,
     subscribers: int,
     address: str | None,
+    objects: int = 128,
 ) -> dict[str, Any]:
     """Run every row (and the fan-out / zero-copy checks once); returns the JSON object."""
     import ray
@@ -300,36 +295,29 @@ def run_bench(
     from ray_kvmoq.relay.security import ClusterSecurity
 
     store = max(512 << 20, (5 * mb + 8 * group_mb) << 20)
-    cluster = _start_cluster(store) if address is None else None
-    owns_ray = not ray.is_initialized()  # a test may already be connected to its cluster
-    if owns_ray:
-        ray.init(
-            address=cluster.address if cluster is not None else address,
-            include_dashboard=False,
-            log_to_driver=False,
-        )
-    b: _Bench | None = None
-    try:
+    with contextlib.ExitStack() as stack:
+        if address is not None:
+            stack.enter_context(stdout_to_stderr())
+            if not ray.is_initialized():  # a test may already be connected to its cluster
+                ray.init(address=address, include_dashboard=False, log_to_driver=False)
+                stack.callback(ray.shutdown)
+        elif not ray.is_initialized():
+            stack.enter_context(two_node_cluster(store_bytes=store, num_cpus=2))
         alive = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
         if len(alive) < 2:
             raise click.ClickException("the bench needs a cluster with at least two nodes")
         b = _Bench(alive[0], alive[1], mb, group_mb, security=ClusterSecurity.generate())
+        stack.callback(_kill_all, b.actors)
         Publisher, Consumer = _actor_classes()
-        b.publisher = _pinned(Publisher, b.node_a, group_bytes=group_mb << 20)
+        b.publisher = _pinned(Publisher, b.node_a, group_bytes=group_mb << 20, objects=objects)
         b.consumer = _pinned(Consumer, b.node_b)
         b.actors += [b.publisher, b.consumer]
         results = [_row(b, row, repeat) for row in rows]
         extra = _fanout(b, rows[0], subscribers, min(8, b.groups))
-    finally:
-        for a in b.actors if b is not None else []:
-            ray.kill(a)
-        if owns_ray:
-            ray.shutdown()
-        if cluster is not None:
-            cluster.shutdown()
     return {
         "mb": mb,
         "group_mb": group_mb,
+        "objects_per_group": objects,
         "repeat": repeat,
         "rows": results,
         "failures": sum(r["failures"] for r in results),
@@ -344,6 +332,13 @@ def _ints(value: str) -> list[int]:
 @click.command()
 @click.option("--mb", default=256, show_default=True, type=click.IntRange(1), help="MiB per run.")
 @click.option("--group-mb", default=4, show_default=True, type=click.IntRange(1, 64))
+@click.option(
+    "--objects",
+    default=128,
+    show_default=True,
+    type=click.IntRange(1, 4096),
+    help="Objects per group (a KV track has one per token, 128 per group).",
+)
 @click.option(
     "--repeat", default=5, show_default=True, type=click.IntRange(1), help="Runs per row."
 )
@@ -371,6 +366,7 @@ def _ints(value: str) -> list[int]:
 def relay(
     mb: int,
     group_mb: int,
+    objects: int,
     repeat: int,
     datagrams: str,
     planes: str,
@@ -387,7 +383,13 @@ def relay(
         for d, k, be in itertools.product(_ints(datagrams), _ints(planes), backends.split(","))
     ]
     res = run_bench(
-        rows=rows, mb=mb, group_mb=group_mb, repeat=repeat, subscribers=subscribers, address=address
+        rows=rows,
+        mb=mb,
+        group_mb=group_mb,
+        repeat=repeat,
+        subscribers=subscribers,
+        address=address,
+        objects=objects,
     )
     if as_json:
         click.echo(json.dumps(res))

@@ -176,6 +176,14 @@ class SchedulerSide:
         usable = min(len(st.hashes), (len(st.tokens) - 1) // c)
         if usable == 0 and not st.follow:
             return self._no_plan(st, known=0)
+        if usable * c <= num_computed_tokens and not (st.follow or st.producer):
+            # vLLM's own prefix cache holds every whole chunk of the prompt: nothing to load,
+            # so no directory round trip (it would hold the request back a step or more), and
+            # no second copy: this engine published those chunks when it computed them, or
+            # loaded them from a relay. A producer still looks them up, as its
+            # kv_transfer_params must name where each group lives.
+            self.counters.add(lookups_skipped=1)
+            return self._no_plan(st, known=usable)
         if st.lookup_ref is None:
             try:
                 st.lookup_ref = self.bridge.start_lookup(st.hashes[:usable] if usable else [])

@@ -52,6 +52,8 @@ class ConnectorCounters:
     """Directory lookups that failed (the request was computed)."""
     lookup_timeouts: int = 0
     """Directory lookups slower than ``lookup_timeout_s``."""
+    lookups_skipped: int = 0
+    """Requests whose every whole chunk vLLM's own prefix cache held: no directory round trip."""
     pulls_declined: int = 0
     """Prefixes held on another node that were recomputed because the measured pull is slower."""
     pulls_probed: int = 0

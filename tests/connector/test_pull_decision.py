@@ -65,3 +65,59 @@ def test_a_slow_pull_is_declined_but_probed_once_per_period_so_the_figure_can_re
     assert side._worth_loading(st, known=3, num_computed=0) == 3  # the next probe
     totals = side.counters.totals()
     assert (totals["pulls_probed"], totals["pulls_declined"]) == (2, 5)
+
+
+class _LookupBridge:
+    """Records directory lookups; the answer never comes (a lookup in flight)."""
+
+    node_id = "B"
+
+    def __init__(self) -> None:
+        self.lookups: list[list[bytes]] = []
+
+    def start_lookup(self, hashes: list[bytes]) -> object:
+        self.lookups.append(list(hashes))
+        return object()
+
+    def poll_lookup(self, ref: object) -> None:
+        return None
+
+
+class _Request:
+    """The fields of vLLM's ``Request`` the scheduler side reads."""
+
+    def __init__(self, req_id: str, tokens: int) -> None:
+        self.request_id = req_id
+        self.prompt_token_ids = list(range(tokens))
+        self.cache_salt = None
+        self.kv_transfer_params = None
+
+
+def _lookup_side(*, producer: bool) -> tuple[SchedulerSide, _LookupBridge]:
+    bridge = _LookupBridge()
+    side = SchedulerSide(
+        ConnectorConfig(), bridge=bridge, model="m", block_size=16, kv_dtype="bfloat16",  # type: ignore[arg-type]
+        producer=producer, consumer_only=False, bytes_per_token={b"BF16": BPT},
+    )  # fmt: skip
+    return side, bridge
+
+
+def test_a_prompt_whose_whole_chunks_vllm_already_caches_answers_at_once_without_a_lookup() -> None:
+    side, bridge = _lookup_side(producer=False)
+    req: Any = _Request("r", 8 * 128 + 64)  # 8 whole chunks + a 64-token tail
+    assert side.get_num_new_matched_tokens(req, num_computed_tokens=8 * 128) == (0, False)
+    assert bridge.lookups == []
+    assert side._reqs["r"].next_save == 8  # the cached chunks are not published again
+    assert side.counters.totals()["lookups_skipped"] == 1
+
+
+def test_a_prompt_with_an_uncached_whole_chunk_or_a_producer_prompt_still_looks_up() -> None:
+    side, bridge = _lookup_side(producer=False)
+    req: Any = _Request("r", 8 * 128 + 64)
+    assert side.get_num_new_matched_tokens(req, num_computed_tokens=7 * 128) == (None, False)
+    assert len(bridge.lookups) == 1 and len(bridge.lookups[0]) == 8
+    producer, pbridge = _lookup_side(producer=True)  # its kv_transfer_params name each group
+    req = _Request("p", 8 * 128 + 64)
+    assert producer.get_num_new_matched_tokens(req, num_computed_tokens=8 * 128) == (None, False)
+    assert len(pbridge.lookups) == 1
+    assert producer.counters.totals().get("lookups_skipped", 0) == 0
