@@ -34,3 +34,14 @@ def test_app_args_reject_unknown_fields() -> None:
         AppArgs.model_validate({"mdoe": "pd"})
     assert AppArgs(dtype="float32").codec() == "FP16"
     assert AppArgs().codec() == "BF16"
+
+
+def test_the_cpu_engine_core_reservation_is_one_unless_the_environment_sets_another(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from ray_kvmoq.serving.graph import RESERVED_CPU_ENV, cpu_reserved_cores_env
+
+    monkeypatch.delenv(RESERVED_CPU_ENV, raising=False)
+    assert cpu_reserved_cores_env() == {RESERVED_CPU_ENV: "1"}
+    monkeypatch.setenv(RESERVED_CPU_ENV, "3")
+    assert cpu_reserved_cores_env() == {RESERVED_CPU_ENV: "3"}
