@@ -296,13 +296,13 @@ def run_bench(
 
     store = max(512 << 20, (5 * mb + 8 * group_mb) << 20)
     with contextlib.ExitStack() as stack:
-        if address is not None:
-            stack.enter_context(stdout_to_stderr())
-            if not ray.is_initialized():  # a test may already be connected to its cluster
+        stack.enter_context(stdout_to_stderr())
+        if not ray.is_initialized():  # else: a test already connected to its cluster
+            if address is None:
+                stack.enter_context(two_node_cluster(store_bytes=store, num_cpus=2))
+            else:
                 ray.init(address=address, include_dashboard=False, log_to_driver=False)
                 stack.callback(ray.shutdown)
-        elif not ray.is_initialized():
-            stack.enter_context(two_node_cluster(store_bytes=store, num_cpus=2))
         alive = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
         if len(alive) < 2:
             raise click.ClickException("the bench needs a cluster with at least two nodes")

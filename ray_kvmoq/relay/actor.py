@@ -415,9 +415,12 @@ class RelayActor:
             # $KVMOQ_CLUSTER_SECRET, else the secret `kvmoq cluster-secret ensure` put in the
             # cluster's GCS, else None (self-signed certificates, no tokens)
             from_env = ClusterSecurity.from_env()
-            secret = read_cluster_secret()
-            opts["security"] = from_env or (ClusterSecurity.from_secret(secret) if secret else None)
-            self._security_id = "env" if from_env else _secret_id(secret)
+            if from_env is not None:
+                opts["security"], self._security_id = from_env, "env"
+            else:
+                secret = read_cluster_secret()
+                opts["security"] = ClusterSecurity.from_secret(secret) if secret else None
+                self._security_id = _secret_id(secret)
         if listen:
             from .downstream import RelayNetwork  # MoQT side; late so the core stays Ray-testable
 
