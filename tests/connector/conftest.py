@@ -63,6 +63,40 @@ def fp32_engine(engines: Engines) -> Iterator[Any]:
         ray.kill(h)
 
 
+@pytest.fixture(scope="package")
+def prefix_cache_engine(engines: Engines) -> Iterator[Any]:
+    """A bf16 engine on the head node with vLLM's own prefix cache on: the shape-matched
+    reference for greedy equality. On CPUs whose bf16 kernels are not batch-invariant (AMX),
+    recomputing a whole prompt and computing its suffix over cached KV round differently, so a
+    loaded prefix can only be held to what vLLM's own prefix cache gives for the same prompts.
+    Same connector config as the engines under test (vLLM's CPU thread binding depends on it),
+    driven with loading and publishing off."""
+    import ray
+
+    from ray_kvmoq.connector import kv_transfer_config
+    from ray_kvmoq.connector.host import start_engine
+    from ray_kvmoq.engine.loader import cached_builtin_dir
+
+    kv = kv_transfer_config("kv_both", load_timeout_s=20.0)
+    env = {"KVMOQ_CLUSTER_SECRET": CLUSTER_SECRET.hex()}
+    h = start_engine(
+        engines.a_node,
+        str(cached_builtin_dir()),
+        kv,
+        enable_prefix_caching=True,
+        kv_cache_gib=0.25,
+        env=env,
+    )
+    try:
+        yield h
+    finally:
+        try:
+            ray.get(h.shutdown.remote(), timeout=60)
+        except Exception:
+            pass
+        ray.kill(h)
+
+
 def fresh_salt() -> str:
     """A tenant salt no other test uses."""
     return f"test-{uuid.uuid4().hex}"

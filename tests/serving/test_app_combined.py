@@ -56,11 +56,13 @@ def test_chat_completions_and_streaming_answer(app: str) -> None:
     c = _client(app)
     r = c.chat.completions.create(
         model=MODEL,
-        messages=[{"role": "user", "content": "What is the capital of France?"}],
+        # a question whose greedy answer does not hinge on a near-tied token: SmolLM2-135M's
+        # bf16 answer to "capital of France" differs between CPUs (README, known issue)
+        messages=[{"role": "user", "content": "What is 2+2?"}],
         temperature=0,
         max_tokens=16,
     )
-    assert "Paris" in r.choices[0].message.content
+    assert "4" in r.choices[0].message.content
     t = c.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=8, temperature=0)
     assert t.choices[0].text and t.usage.completion_tokens == 8
     chunks = list(

@@ -133,12 +133,16 @@ def _post_in_thread(
 
     def call() -> None:
         t0 = time.monotonic()
-        resp = httpx.post(
-            f"{base}/v1/chat/completions",
-            json={"model": MODEL, "messages": _messages(question, words), "temperature": 0,
-                  "max_tokens": 16, "cache_salt": salt or uuid.uuid4().hex},
-            timeout=300,
-        )  # fmt: skip
+        try:
+            resp = httpx.post(
+                f"{base}/v1/chat/completions",
+                json={"model": MODEL, "messages": _messages(question, words), "temperature": 0,
+                      "max_tokens": 16, "cache_salt": salt or uuid.uuid4().hex},
+                timeout=300,
+            )  # fmt: skip
+        except httpx.HTTPError as err:  # no HTTP answer at all: the assertions say so
+            result.update(status=None, error=repr(err), took=time.monotonic() - t0)
+            return
         try:
             body = resp.json()
         except ValueError:  # not JSON: keep the text for the assertion message
