@@ -57,8 +57,8 @@ def join_ray(address: str | None, namespace: str, node_ip: str | None = None) ->
     ``random``, and vLLM seeds that generator with the same seed (0 unless configured) in every
     engine. Two engines' processes would then join with the same subscriber ids, and the GCS
     answers each one's long poll at once to serve the other's: a busy loop that took 0.55 of a
-    core in the GCS and 0.39 in the two drivers here (``kvmoq`` two-replica serving ran 4.7x
-    stock's TTFT). So the generator is reseeded from the OS for ``ray.init`` and then put back,
+    core in the GCS and 0.39 in the two drivers here (docs/benchmarks.md, Serving).
+    So the generator is reseeded from the OS for ``ray.init`` and then put back,
     leaving vLLM's seeded sequence exactly where it was.
     """
     import ray
