@@ -271,13 +271,15 @@ def test_wrong_or_expired_token_is_refused(cluster_relays: dict[str, Any]) -> No
     assert asyncio.run(asyncio.wait_for(run(), 60)) == (0x18, 0x2, 0x1, 900_000)
 
 
-def test_relay_killed_with_bytes_in_flight_fails_its_subscribers_within_5_s_and_leaves_the_directory(
+def test_relay_killed_mid_track_fails_its_subscribers_within_5_s_and_leaves_the_directory(
     cluster_relays: dict[str, Any],
 ) -> None:
-    """Two subscribers on B follow a live track of the victim relay on A; the victim is killed
-    while B's relay has received some but not all of its 24 MB (asserted from B's upstream
-    byte counter at the moment of the kill). Both subscribers get an error within 5 s of the
-    kill (the relays' 3 s QUIC idle timeout), and the directory forgets the dead relay."""
+    """Two subscribers on B follow a live track of the victim relay on A, which publishes it
+    group by group (1 MB each); the victim is killed as soon as B's relay has received 2 MB,
+    with groups still unpublished (asserted from B's upstream byte counter at the moment of the
+    kill). Both subscribers get an error within 5 s of the kill (the relays' 3 s QUIC idle
+    timeout), having received some groups but not all, and the directory forgets the dead
+    relay."""
     import ray
 
     from ray_kvmoq.relay.actor import RelayActor
@@ -286,41 +288,44 @@ def test_relay_killed_with_bytes_in_flight_fails_its_subscribers_within_5_s_and_
     B = cluster_relays["B"]
     groups = _payloads("doomed", 24, 1, 1 << 20)
     total = sum(len(p) for g in groups for p in g)
-    for _attempt in range(3):
-        victim = _pin(
-            RelayActor,
-            node_a,
-            budget_bytes=64 << 20,
-            directory=cluster_relays["directory"],
-            relay_id=f"{node_a}/victim",
-            network={
-                "security": cluster_relays["security"],
-                "transport_options": {"max_datagram_size": 1200},
-            },
-        )
-        ray.get(victim.start.remote(), timeout=60)
-        track = f"doomed-{_attempt}"
-        _publish(victim, track, groups[:1], end=False)
-        subs = [_pin(cluster_relays["Reader"], cluster_relays["node_b"]) for _ in range(2)]
-        start = ray.get(B.stats.remote(), timeout=30)["upstream_bytes"]
-        futs = [s.follow.remote(B, NS, track) for s in subs]
-        for g, objs in enumerate(groups[1:], start=1):  # published while they follow
-            ray.get(victim.publish_group.remote(NS, track, g, objs), timeout=60)
-        deadline = time.monotonic() + 60
-        while ray.get(B.stats.remote(), timeout=30)["upstream_bytes"] - start < 2 << 20:
-            assert time.monotonic() < deadline, "B's relay received nothing from the victim"
-            time.sleep(0.01)
-        ray.kill(victim)
-        t0 = time.monotonic()
-        at_kill = ray.get(B.stats.remote(), timeout=30)["upstream_bytes"] - start
-        results = ray.get(futs, timeout=60)
-        elapsed = [r[-1][3] - t0 if r and r[-1][0] == "error" else None for r in results]
-        for s in subs:
-            ray.kill(s)
-        if at_kill < total:
+    victim = _pin(
+        RelayActor,
+        node_a,
+        budget_bytes=64 << 20,
+        directory=cluster_relays["directory"],
+        relay_id=f"{node_a}/victim",
+        network={
+            "security": cluster_relays["security"],
+            "transport_options": {"max_datagram_size": 1200},
+        },
+    )
+    ray.get(victim.start.remote(), timeout=60)
+    track = "doomed"
+    _publish(victim, track, groups[:1], end=False)
+    subs = [_pin(cluster_relays["Reader"], cluster_relays["node_b"]) for _ in range(2)]
+    start = ray.get(B.stats.remote(), timeout=30)["upstream_bytes"]
+    futs = [s.follow.remote(B, NS, track) for s in subs]
+
+    def received() -> int:
+        return int(ray.get(B.stats.remote(), timeout=30)["upstream_bytes"] - start)
+
+    # published while they follow, never the last group: the kill always comes mid-track
+    for g, objs in enumerate(groups[1:-1], start=1):
+        ray.get(victim.publish_group.remote(NS, track, g, objs), timeout=60)
+        if received() >= 2 << 20:
             break
-    else:
-        pytest.fail(f"the victim finished sending before it was killed ({at_kill} of {total})")
+    deadline = time.monotonic() + 60
+    while received() < 2 << 20:
+        assert time.monotonic() < deadline, "B's relay received nothing from the victim"
+        time.sleep(0.01)
+    ray.kill(victim)
+    t0 = time.monotonic()
+    at_kill = received()
+    results = ray.get(futs, timeout=60)
+    elapsed = [r[-1][3] - t0 if r and r[-1][0] == "error" else None for r in results]
+    for s in subs:
+        ray.kill(s)
+    assert 2 << 20 <= at_kill < total, (at_kill, total)
     for r in results:
         assert r[-1][0] == "error", r
         assert 0 < len(r) - 1 < len(groups), r  # some groups, not all
