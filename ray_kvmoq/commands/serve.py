@@ -91,7 +91,7 @@ def usage_text(base: str, model: str, inspect_cmd: str = "kvmoq inspect") -> str
 The OpenAI-compatible API is up at {base}/v1  (model: {model})
 
   curl {base}/v1/chat/completions -H 'Content-Type: application/json' \\
-    -d '{{"model": "{model}", "messages": [{{"role": "user", "content": "What is the capital of France?"}}], "temperature": 0}}'
+    -d '{{"model": "{model}", "messages": [{{"role": "user", "content": "What is 2+2?"}}], "temperature": 0}}'
 
   curl -N {base}/v1/completions -H 'Content-Type: application/json' \\
     -d '{{"model": "{model}", "prompt": "Once upon a time", "max_tokens": 32, "stream": true}}'
