@@ -40,27 +40,38 @@ class Engines:
     """KV namespace model field of both engines."""
 
 
-@pytest.fixture(scope="package")
-def fp32_engine(engines: Engines) -> Iterator[Any]:
-    """A float32 engine on the head node, for the codec quality gates: shared/docs/kv-payload.md
-    defines them on an fp32 reference (bf16 arithmetic alone flips near-tied top-1 tokens)."""
-    import ray
-
+def _start_engine(node_id: str, **engine_kwargs: Any) -> Any:
+    """An EngineHost actor on ``node_id``: the built-in model, ``kv_both`` with the connector,
+    the package's cluster secret; ``engine_kwargs`` go to vLLM."""
     from ray_kvmoq.connector import kv_transfer_config
     from ray_kvmoq.connector.host import start_engine
     from ray_kvmoq.engine.loader import cached_builtin_dir
 
     kv = kv_transfer_config("kv_both", load_timeout_s=20.0)
     env = {"KVMOQ_CLUSTER_SECRET": CLUSTER_SECRET.hex()}
-    h = start_engine(engines.a_node, str(cached_builtin_dir()), kv, dtype="float32", env=env)
+    return start_engine(node_id, str(cached_builtin_dir()), kv, env=env, **engine_kwargs)
+
+
+def _stop_engine(h: Any) -> None:
+    """Shut the engine down (bounded), then kill its actor."""
+    import ray
+
+    try:
+        ray.get(h.shutdown.remote(), timeout=60)
+    except Exception:
+        pass
+    ray.kill(h)
+
+
+@pytest.fixture(scope="package")
+def fp32_engine(engines: Engines) -> Iterator[Any]:
+    """A float32 engine on the head node, for the codec quality gates: shared/docs/kv-payload.md
+    defines them on an fp32 reference (bf16 arithmetic alone flips near-tied top-1 tokens)."""
+    h = _start_engine(engines.a_node, dtype="float32")
     try:
         yield h
     finally:
-        try:
-            ray.get(h.shutdown.remote(), timeout=60)
-        except Exception:
-            pass
-        ray.kill(h)
+        _stop_engine(h)
 
 
 @pytest.fixture(scope="package")
@@ -71,30 +82,11 @@ def prefix_cache_engine(engines: Engines) -> Iterator[Any]:
     loaded prefix can only be held to what vLLM's own prefix cache gives for the same prompts.
     Same connector config as the engines under test (vLLM's CPU thread binding depends on it),
     driven with loading and publishing off."""
-    import ray
-
-    from ray_kvmoq.connector import kv_transfer_config
-    from ray_kvmoq.connector.host import start_engine
-    from ray_kvmoq.engine.loader import cached_builtin_dir
-
-    kv = kv_transfer_config("kv_both", load_timeout_s=20.0)
-    env = {"KVMOQ_CLUSTER_SECRET": CLUSTER_SECRET.hex()}
-    h = start_engine(
-        engines.a_node,
-        str(cached_builtin_dir()),
-        kv,
-        enable_prefix_caching=True,
-        kv_cache_gib=0.25,
-        env=env,
-    )
+    h = _start_engine(engines.a_node, enable_prefix_caching=True, kv_cache_gib=0.25)
     try:
         yield h
     finally:
-        try:
-            ray.get(h.shutdown.remote(), timeout=60)
-        except Exception:
-            pass
-        ray.kill(h)
+        _stop_engine(h)
 
 
 def fresh_salt() -> str:
@@ -107,18 +99,12 @@ def engines(ray_cluster: RayTestCluster) -> Iterator[Engines]:
     import ray
 
     from ray_kvmoq.bench.quality import load_text
-    from ray_kvmoq.connector import kv_transfer_config
-    from ray_kvmoq.connector.host import start_engine
-    from ray_kvmoq.engine.loader import cached_builtin_dir
     from ray_kvmoq.relay.actor import start_relays
 
-    model_dir = str(cached_builtin_dir())
     relays = start_relays(namespace=RAY_NAMESPACE)
     b_node = ray_cluster.node_ids["127.0.0.2"]
-    kv = kv_transfer_config("kv_both", load_timeout_s=20.0)
-    env = {"KVMOQ_CLUSTER_SECRET": CLUSTER_SECRET.hex()}
-    a = start_engine(ray_cluster.head_node_id, model_dir, kv, env=env)
-    b = start_engine(b_node, model_dir, kv, env=env)
+    a = _start_engine(ray_cluster.head_node_id)
+    b = _start_engine(b_node)
     tokens = ray.get(a.tokenize.remote(load_text()))
     model = ray.get(a.kv_model.remote())
     assert ray.get(b.kv_model.remote()) == model
@@ -134,8 +120,4 @@ def engines(ray_cluster: RayTestCluster) -> Iterator[Engines]:
         )
     finally:
         for h in (a, b):
-            try:
-                ray.get(h.shutdown.remote(), timeout=60)
-            except Exception:
-                pass
-            ray.kill(h)
+            _stop_engine(h)
