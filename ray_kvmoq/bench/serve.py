@@ -3,7 +3,9 @@
 In one run, on one machine and one model (the built-in SmolLM2 on vLLM's CPU backend), on a
 private two-node Ray cluster, each row deploys an app, waits for it, drives it with
 ``vllm bench serve`` (``vllm.benchmarks.serve``, run as a subprocess; datasets
-``prefix_repetition`` or ``random``, OpenAI completions endpoint), and tears it down:
+``prefix_repetition`` or ``random``, OpenAI completions endpoint), and tears it down with the
+cluster (every run gets a fresh one; with ``--repeat`` the order reverses every other
+repetition: a b c, c b a, ...):
 
 * **a** — Ray Serve LLM as shipped: ``build_openai_app``, vLLM with its prefix cache, the
   ``PrefixCacheAffinityRouter``, no connector;
@@ -53,7 +55,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _stock_app(model_dir: str, name: str, replicas: int, max_len: int) -> Any:
+def _stock_app(model_dir: str, name: str, replicas: int, max_len: int, kv_cache_mb: int) -> Any:
     from ray.serve.llm import LLMConfig, build_openai_app
 
     cfg = LLMConfig(
@@ -63,7 +65,7 @@ def _stock_app(model_dir: str, name: str, replicas: int, max_len: int) -> Any:
             "max_model_len": max_len,
             "enforce_eager": True,
             "enable_prefix_caching": True,
-            "kv_cache_memory_bytes": 1 << 30,
+            "kv_cache_memory_bytes": kv_cache_mb << 20,
         },
         placement_group_config={"bundles": [{"CPU": 1, "engine_slot": 1}]},
         deployment_config={
@@ -78,7 +80,7 @@ def _stock_app(model_dir: str, name: str, replicas: int, max_len: int) -> Any:
     return build_openai_app({"llm_configs": [cfg]})
 
 
-def _our_app(replicas: int, reuse: bool, max_len: int, datagram: int) -> Any:
+def _our_app(replicas: int, reuse: bool, max_len: int, datagram: int, kv_cache_mb: int) -> Any:
     from ray_kvmoq.serving.app import AppArgs, ReplicaArgs, build
 
     return build(
@@ -86,6 +88,7 @@ def _our_app(replicas: int, reuse: bool, max_len: int, datagram: int) -> Any:
             mode="combined",
             max_model_len=max_len,
             kv_reuse=reuse,
+            kv_cache_gib=kv_cache_mb / 1024,
             relay_datagram_size=datagram,
             server=ReplicaArgs(num_replicas=replicas, num_cpus=1, resources={"engine_slot": 1}),
         )
@@ -107,7 +110,8 @@ def _wait_ready(base: str, timeout_s: float) -> None:
 
 
 def _scrape() -> dict[str, float]:
-    """vLLM's prompt-token counters summed over every node's Ray metrics endpoint."""
+    """vLLM's prompt-token counters summed over every node's Ray metrics endpoint, and each
+    node's own prompt tokens (``prompt_tokens@<node ip>``: where the router sent the work)."""
     import httpx
     import ray
 
@@ -125,7 +129,11 @@ def _scrape() -> dict[str, float]:
                 continue
             for m in _METRICS:
                 if line.startswith(f"ray_vllm_{m}_total") or line.startswith(f"ray_vllm_{m}{{"):
-                    out[m] += float(line.rsplit(" ", 1)[1])
+                    value = float(line.rsplit(" ", 1)[1])
+                    out[m] += value
+                    if m == "prompt_tokens":
+                        node = f"prompt_tokens@{n['NodeManagerAddress']}"
+                        out[node] = out.get(node, 0.0) + value
     return out
 
 
@@ -186,6 +194,11 @@ def summarize(
         after["external_prefix_cache_hits"] - before["external_prefix_cache_hits"]
     )
     prompt = after["prompt_tokens"] - before["prompt_tokens"]
+    per_node = {
+        k.split("@", 1)[1]: int(v - before.get(k, 0.0))
+        for k, v in sorted(after.items())
+        if k.startswith("prompt_tokens@")
+    }
     return {
         "ttft_mean_ms": raw.get("mean_ttft_ms"),
         "ttft_p50_ms": raw.get("median_ttft_ms", raw.get("p50_ttft_ms")),
@@ -196,6 +209,7 @@ def summarize(
         "failed": raw.get("failed"),
         "reused_tokens": int(reused),
         "prompt_tokens": int(prompt),
+        "prompt_tokens_by_node": per_node,
     }
 
 
@@ -217,9 +231,9 @@ def ratios(rows: dict[str, dict[str, Any]]) -> dict[str, dict[str, float | None]
 def run_bench(
     *, rows: list[str], replicas: list[int], datasets: list[str], num_prompts: int, rate: float,
     prefix_len: int, suffix_len: int, num_prefixes: int, output_len: int, datagram: int,
-    repeat: int = 1,
+    repeat: int = 1, kv_cache_mb: int = 1024,
 ) -> dict[str, Any]:  # fmt: skip
-    """Run every (row, replicas) in one cluster; see the module docstring."""
+    """Run every (row, replicas, repetition), each on a fresh cluster; see the module docstring."""
     from ray import serve
 
     from ray_kvmoq.engine.loader import BUILTIN_MODEL, cached_builtin_dir
@@ -236,36 +250,52 @@ def run_bench(
     out: dict[str, Any] = {"rows": {}, "failures": [], "workload": {
         "datasets": datasets, "num_prompts": num_prompts, "request_rate": rate,
         "prefix_len": prefix_len, "suffix_len": suffix_len, "num_prefixes": num_prefixes,
-        "output_len": output_len, "relay_datagram_size": datagram,
+        "output_len": output_len, "relay_datagram_size": datagram, "kv_cache_mb": kv_cache_mb,
     }}  # fmt: skip
-    with two_node_cluster(store_bytes=1 << 30, num_cpus=4):
-        port = _free_port()
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        base = f"http://127.0.0.1:{port}/{_APP}"
-        runs: dict[str, list[dict[str, Any]]] = {}
-        # rows alternate within each repetition (a b c a b c ...), so drift hits all alike
-        plan = [
-            (d, n, i, r) for d in datasets for n in replicas for i in range(repeat) for r in rows
-        ]
-        for dataset, n, rep, row in plan:
-            key = f"{_SHORT[dataset]}:{row}-{n}"
-            _log(f"[{key}] {ROW_NAMES[row]}, {n} replica(s), run {rep + 1}/{repeat}: deploying")
-            app = (
-                _stock_app(model_dir, BUILTIN_MODEL, n, max_len)
-                if row == "a"
-                else _our_app(n, row == "b", max_len, datagram)
-            )
-            try:
-                wl = {**workload, "dataset": dataset}
-                runs.setdefault(key, []).append(_one_row(app, base, key, wl))
-            except Exception as exc:
-                out["failures"].append(f"{key} run {rep + 1}: {exc}")
-                _log(f"[{key}] FAILED: {exc}")
-        serve.shutdown()
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for dataset, n, rep, row in run_order(rows, replicas, datasets, repeat):
+        key = f"{_SHORT[dataset]}:{row}-{n}"
+        _log(f"[{key}] {ROW_NAMES[row]}, {n} replica(s), run {rep + 1}/{repeat}: deploying")
+        try:
+            # a fresh cluster per run: a row deployed after another in the same cluster ran
+            # slower (measured: the same stock row, run twice, 1.28x TTFT and 1.44x TPOT the
+            # second time), so a shared cluster would favour whichever row goes first
+            with two_node_cluster(store_bytes=1 << 30, num_cpus=4):
+                port = _free_port()
+                serve.start(http_options={"host": "127.0.0.1", "port": port})
+                try:
+                    app = (
+                        _stock_app(model_dir, BUILTIN_MODEL, n, max_len, kv_cache_mb)
+                        if row == "a"
+                        else _our_app(n, row == "b", max_len, datagram, kv_cache_mb)
+                    )
+                    wl = {**workload, "dataset": dataset}
+                    base = f"http://127.0.0.1:{port}/{_APP}"
+                    runs.setdefault(key, []).append(_one_row(app, base, key, wl))
+                finally:
+                    serve.shutdown()
+        except Exception as exc:
+            out["failures"].append(f"{key} run {rep + 1}: {exc}")
+            _log(f"[{key}] FAILED: {exc}")
     out["rows"] = {k: median_row(v) for k, v in runs.items()}
     out["runs"] = runs
     out["ratios_to_a"] = ratios(out["rows"])
     return out
+
+
+def run_order(
+    rows: list[str], replicas: list[int], datasets: list[str], repeat: int
+) -> list[tuple[str, int, int, str]]:
+    """(dataset, replicas, repetition, row) in the order they run: the rows of a repetition
+    back to back, every other repetition in reverse (a b c, c b a, ...), so neither a row's
+    position nor the machine's drift over the run favours one row."""
+    return [
+        (d, n, i, r)
+        for d in datasets
+        for n in replicas
+        for i in range(repeat)
+        for r in (rows if i % 2 == 0 else rows[::-1])
+    ]
 
 
 def _one_row(app: Any, base: str, key: str, workload: dict[str, Any]) -> dict[str, Any]:
@@ -295,7 +325,7 @@ def median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
         if k in ("failed", "completed"):
             out[k] = int(sum(vals))
         else:
-            out[k] = statistics.median(vals) if vals else None
+            out[k] = statistics.median(vals) if vals else runs[-1].get(k)
     out["repeats"] = len(runs)
     return out
 
@@ -387,6 +417,14 @@ def _csv(kind: type, value: str) -> list[Any]:
     help="QUIC datagram size between our relays.",
 )
 @click.option(
+    "--kv-cache-mb",
+    default=1024,
+    show_default=True,
+    type=click.IntRange(16, 1 << 20),
+    help="Each engine's own KV cache (vLLM's prefix cache lives in it), every row alike; "
+    "make it smaller than the workload's prefixes to see reuse beyond the engines' memory.",
+)
+@click.option(
     "--repeat",
     default=1,
     show_default=True,
@@ -403,8 +441,8 @@ def _csv(kind: type, value: str) -> list[Any]:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object keyed by row.")
 def serve(
     rows: str, replicas: str, datasets: str, num_prompts: int, rate: float, prefix_len: int,
-    suffix_len: int, num_prefixes: int, output_len: int, datagram: int, repeat: int, out: Path,
-    as_json: bool,
+    suffix_len: int, num_prefixes: int, output_len: int, datagram: int, kv_cache_mb: int,
+    repeat: int, out: Path, as_json: bool,
 ) -> None:  # fmt: skip
     """Stock Ray Serve LLM vs ours vs ours without reuse, with vLLM's benchmark client, on a
     private 2-node Ray cluster (CPU: tens of minutes)."""
@@ -417,7 +455,7 @@ def serve(
     res = run_bench(
         rows=picked, replicas=_csv(int, replicas), datasets=sets, num_prompts=num_prompts,
         rate=rate, prefix_len=prefix_len, suffix_len=suffix_len, num_prefixes=num_prefixes,
-        output_len=output_len, datagram=datagram, repeat=repeat,
+        output_len=output_len, datagram=datagram, repeat=repeat, kv_cache_mb=kv_cache_mb,
     )  # fmt: skip
     if res["rows"]:
         plot(res, out)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
-from ray_kvmoq.bench.serve import client_args, median_row, ratios, summarize, table
+from ray_kvmoq.bench.serve import client_args, median_row, ratios, run_order, summarize, table
 from ray_kvmoq.cli import main
 
 
@@ -27,10 +27,13 @@ def _raw(ttft: float, tpot: float, rps: float, failed: int = 0) -> dict:
 
 
 def test_summary_ratios_and_medians() -> None:
-    before = {"prefix_cache_hits": 10.0, "external_prefix_cache_hits": 0.0, "prompt_tokens": 0.0}
-    after = {"prefix_cache_hits": 110.0, "external_prefix_cache_hits": 50.0, "prompt_tokens": 900.0}
+    before = {"prefix_cache_hits": 10.0, "external_prefix_cache_hits": 0.0, "prompt_tokens": 0.0,
+              "prompt_tokens@10.0.0.1": 0.0}  # fmt: skip
+    after = {"prefix_cache_hits": 110.0, "external_prefix_cache_hits": 50.0, "prompt_tokens": 900.0,
+             "prompt_tokens@10.0.0.1": 300.0, "prompt_tokens@10.0.0.2": 600.0}  # fmt: skip
     a = summarize(_raw(1000, 50, 1.0), before, after)
     assert a["reused_tokens"] == 150 and a["prompt_tokens"] == 900
+    assert a["prompt_tokens_by_node"] == {"10.0.0.1": 300, "10.0.0.2": 600}
     b = summarize(_raw(400, 45, 1.2), before, after)
     rows = {"prefix:a-2": a, "prefix:b-2": b, "random:b-2": b}
     rat = ratios(rows)
@@ -40,7 +43,17 @@ def test_summary_ratios_and_medians() -> None:
     )
     m = median_row([summarize(_raw(t, 50, 1.0, failed=1), before, after) for t in (3, 1, 2)])
     assert m["ttft_mean_ms"] == 2 and m["failed"] == 3 and m["repeats"] == 3
+    assert m["prompt_tokens_by_node"] == {"10.0.0.1": 300, "10.0.0.2": 600}  # the last run's
     assert "Ray Serve LLM" in table({"rows": rows, "ratios_to_a": rat})
+
+
+def test_repetitions_alternate_the_row_order_so_no_row_always_runs_first() -> None:
+    order = run_order(["a", "b", "c"], [1, 2], ["random"], repeat=2)
+    assert [(n, i, r) for _, n, i, r in order] == [
+        (1, 0, "a"), (1, 0, "b"), (1, 0, "c"), (1, 1, "c"), (1, 1, "b"), (1, 1, "a"),
+        (2, 0, "a"), (2, 0, "b"), (2, 0, "c"), (2, 1, "c"), (2, 1, "b"), (2, 1, "a"),
+    ]  # fmt: skip
+    assert [r for *_, r in run_order(["a", "b"], [2], ["random"], repeat=1)] == ["a", "b"]
 
 
 def test_bad_rows_or_datasets_are_refused_before_anything_starts() -> None:
