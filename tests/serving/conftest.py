@@ -23,7 +23,13 @@ def serve_http(ray_cluster: Any) -> Iterator[str]:
     from ray import serve
 
     port = free_port(socket.SOCK_STREAM)
-    serve.start(http_options={"host": "127.0.0.1", "port": port}, detached=False)
+    # One proxy, on the head. Serve's default puts one on every node, and on one machine every
+    # node's proxy binds 127.0.0.1:port with SO_REUSEPORT, so the kernel hands each connection
+    # to any of them: a node-loss test whose client landed on the victim's proxy got "Server
+    # disconnected without sending a response" (CI, 2026-12-02), not its answer.
+    serve.start(
+        proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port}, detached=False
+    )
     yield f"http://127.0.0.1:{port}"
 
 
