@@ -33,9 +33,10 @@ def app(serve_http: str) -> Iterator[str]:
         server={"num_replicas": 2, "num_cpus": 1, "resources": {"engine_slot": 1}},
         relay_datagram_size=9000,
         relay_budget_mb=64,  # small enough to fill early: the soak then checks a full cache
-        # 64 in flight + 16 queued at the ingress: the overload test goes past it, the others
-        # stay inside (but see the 32-client test on Serve's admission at a simultaneous start)
-        ingress={"num_cpus": 0.25, "max_ongoing_requests": 64, "max_queued_requests": 16},
+        # 64 in flight + 32 queued at the ingress: the overload test goes past it, the others
+        # stay inside. Serve counts the queue per proxy and the suite runs one proxy (on the
+        # head), so the 32-client test's simultaneous start must fit in the queue by itself
+        ingress={"num_cpus": 0.25, "max_ongoing_requests": 64, "max_queued_requests": 32},
         kv_timeout_s=30.0,
     )
     with deployed(serve_http, "combined", args) as base:
@@ -228,10 +229,11 @@ def test_32_streaming_clients_a_fifth_hanging_up_lose_nothing_and_the_engines_st
     and vLLM's scheduler aborted one request per hang-up, each before it generated its 128
     allowed tokens.
 
-    Refusals: Serve counts a request as queued until it is assigned a replica, and 32 requests
-    arriving in the same instant can briefly exceed the 16-request queue (Serve's router says so
-    itself: "we may reject more requests than strictly necessary"). In CI one start refused 1
-    request of 41. A few refusals at the start are allowed; a refusal without a reason is not."""
+    Refusals: Serve counts a request as queued until it is assigned a replica (Serve's router
+    says so itself: "we may reject more requests than strictly necessary"). With a 16-request
+    queue, CI once refused 1 request of 41 and, with one proxy for all clients, 5 of 77; the
+    queue is now 32, as many as the clients. A few refusals at the start are allowed; a refusal
+    without a reason is not."""
     import asyncio
 
     from ray_kvmoq.bench.load import Workload, drive, engine_counters, summarize
@@ -297,7 +299,7 @@ def test_responses_and_headers_name_no_ray_node_and_no_kv_location(app: str) -> 
 
 
 def test_a_burst_past_the_ingress_queue_is_refused_with_503_and_nothing_is_lost(app: str) -> None:
-    """160 streaming clients at once against an ingress that admits 64 ongoing + 16 queued
+    """160 streaming clients at once against an ingress that admits 64 ongoing + 32 queued
     requests (each, as Serve counts them): the excess is refused with 503 (a bounded queue, not an unbounded wait), each
     refusal says why, and every admitted request is answered — none lost, none errored."""
     import asyncio
