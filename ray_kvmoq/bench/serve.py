@@ -257,9 +257,10 @@ def run_bench(
         key = f"{_SHORT[dataset]}:{row}-{n}"
         _log(f"[{key}] {ROW_NAMES[row]}, {n} replica(s), run {rep + 1}/{repeat}: deploying")
         try:
-            # a fresh cluster per run: a row deployed after another in the same cluster ran
-            # slower (measured: the same stock row, run twice, 1.28x TTFT and 1.44x TPOT the
-            # second time), so a shared cluster would favour whichever row goes first
+            # a fresh cluster per run, so no row inherits another's leftovers. Later runs still
+            # come out slower (the same stock row: 1.28x TTFT, 1.44x TPOT run again in one
+            # cluster; 1.22x, 1.48x in a fresh one 22 min later): run_order's alternation
+            # spreads that drift over every row
             with two_node_cluster(store_bytes=1 << 30, num_cpus=4):
                 port = _free_port()
                 serve.start(http_options={"host": "127.0.0.1", "port": port})
