@@ -9,6 +9,9 @@ fresh relay pair with its transport settings, then repeats ``--repeat`` times:
   objects: one per token, as a KV track has them) is published on node A; a
   consumer on node B asks B's relay for every group at once (``get_group_refs``: pipelined
   range FETCHes striped over K data planes) and awaits the refs. Timed at the consumer.
+  ``--reader prefetch`` reads the groups one by one after one ``prefetch`` call, as the KV
+  connector loads a prefix; ``--reader sequential`` one by one without it (each read its own
+  pull: the connector before the prefetch).
 * **ray.get**: the same consumer awaits A's own refs to the same groups (``ray.get`` of the
   list: the object store's cross-node path, all transfers at once), in the same run.
 
@@ -18,7 +21,7 @@ Once per bench: **fan-out** (one track, ``--subscribers`` readers on B: upstream
 bytes must be 1.0) and **zero-copy** (median latency of a same-node read of a sealed group).
 
 Progress goes to stderr; ``--json`` prints one object: ``rows`` (each with ``datagram``,
-``planes``, ``backend``, ``pull_mb_s``, ``ray_get_mb_s``, ``pull_vs_ray_get``, ``runs``,
+``planes``, ``backend``, ``reader``, ``pull_mb_s``, ``ray_get_mb_s``, ``pull_vs_ray_get``, ``runs``,
 ``failures``, ``errors``), ``failures`` (total), and the fan-out / zero-copy figures.
 """
 
@@ -40,6 +43,7 @@ import click
 from .cluster import stdout_to_stderr, two_node_cluster
 
 NS = ["moq://kvcache.moq.arpa/v1/", "bench", "relay"]
+READERS = ("batch", "prefetch", "sequential")
 
 
 def _log(msg: str) -> None:
@@ -76,12 +80,22 @@ def _actor_classes() -> tuple[Any, Any]:
     class Consumer:
         """A reader on one node (stands in for a decode replica)."""
 
-        async def pull(self, relay: Any, track: str, groups: int) -> dict[str, float]:
+        async def pull(
+            self, relay: Any, track: str, groups: int, reader: str = "batch"
+        ) -> dict[str, float]:
+            ids = list(range(groups))
             t0 = time.perf_counter()
-            refs = await relay.get_group_refs.remote(
-                NS, track, list(range(groups)), timeout_s=600.0
-            )
-            got = await asyncio.gather(*refs)
+            if reader == "batch":  # one call for every group
+                refs = await relay.get_group_refs.remote(NS, track, ids, timeout_s=600.0)
+                got = await asyncio.gather(*refs)
+            else:  # group by group, as the connector reads a prefix
+                if reader == "prefetch":
+                    prefetch = relay.prefetch.remote(NS, track, ids, timeout_s=600.0)
+                got = []
+                for g in ids:
+                    got.append(await (await relay.get_group_ref.remote(NS, track, g)))
+                if reader == "prefetch":
+                    await prefetch
             dt = time.perf_counter() - t0
             return {"bytes": float(sum(g.nbytes for g in got)), "seconds": dt}
 
@@ -128,10 +142,14 @@ class Row:
     planes: int
     backend: str
     pacing: bool = True
+    reader: str = "batch"
+    """How the consumer reads the track: ``batch`` (every group in one call), ``prefetch``
+    (group by group after one prefetch call: the connector's way) or ``sequential`` (group by
+    group, each its own pull)."""
 
     @property
     def name(self) -> str:
-        return f"{self.backend} {self.datagram} B K={self.planes}"
+        return f"{self.backend} {self.datagram} B K={self.planes} {self.reader}"
 
 
 @dataclass
@@ -179,11 +197,11 @@ class _Bench:
         return pair[0], pair[1]
 
 
-def _one_run(b: _Bench, rel_a: Any, rel_b: Any, track: str) -> dict[str, Any]:
+def _one_run(b: _Bench, rel_a: Any, rel_b: Any, track: str, reader: str) -> dict[str, Any]:
     import ray
 
     total = ray.get(b.publisher.publish.remote(rel_a, track, b.groups), timeout=300)
-    pull = ray.get(b.consumer.pull.remote(rel_b, track, b.groups), timeout=600)
+    pull = ray.get(b.consumer.pull.remote(rel_b, track, b.groups, reader), timeout=600)
     base = ray.get(b.consumer.ray_get.remote(rel_a, track, b.groups), timeout=600)
     if pull["bytes"] != total or base["bytes"] != total:
         raise RuntimeError(f"moved {pull['bytes']:.0f} / {base['bytes']:.0f} of {total} bytes")
@@ -203,9 +221,8 @@ def _row(b: _Bench, row: Row, repeat: int) -> dict[str, Any]:
         rel_a, rel_b = b.relays(row)
         for r in range(repeat):
             try:
-                res = _one_run(
-                    b, rel_a, rel_b, f"pull-{row.backend}-{row.datagram}-{row.planes}-{r}"
-                )
+                track = f"pull-{row.backend}-{row.datagram}-{row.planes}-{row.reader}-{r}"
+                res = _one_run(b, rel_a, rel_b, track, row.reader)
                 runs.append(res)
                 _log(
                     f"  run {r}: pull {res['pull_mb_s']:.1f} MB/s, ray.get {res['ray_get_mb_s']:.1f}"
@@ -227,6 +244,7 @@ def _row(b: _Bench, row: Row, repeat: int) -> dict[str, Any]:
         "planes": row.planes,
         "backend": row.backend,
         "pacing": row.pacing,
+        "reader": row.reader,
         "pull_mb_s": round(med("pull_mb_s"), 1),
         "ray_get_mb_s": round(med("ray_get_mb_s"), 1),
         "pull_vs_ray_get": round(med("ratio"), 3),
@@ -360,6 +378,15 @@ def _ints(value: str) -> list[int]:
     help="QUIC libraries, comma-separated.",
 )
 @click.option("--pacing/--no-pacing", default=True, show_default=True, help="QUIC packet pacing.")
+@click.option(
+    "--reader",
+    "readers",
+    default="batch",
+    show_default=True,
+    help="How node B's reader asks for the groups, comma-separated: batch (one call for all),"
+    " prefetch (one prefetch call, then group by group: how the KV connector loads a prefix),"
+    " sequential (group by group, each pulled on its own).",
+)
 @click.option("--subscribers", default=8, show_default=True, type=click.IntRange(1, 64))
 @click.option("--address", default=None, help="Use this Ray cluster (two nodes or more).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object to stdout.")
@@ -372,15 +399,24 @@ def relay(
     planes: str,
     backends: str,
     pacing: bool,
+    readers: str,
     subscribers: int,
     address: str | None,
     as_json: bool,
 ) -> None:
     """Cross-node MoQT pulls vs ray.get per datagram size, K and QUIC library; fan-out."""
     # libraries alternate row by row, so load that comes and goes hits both alike
+    modes = readers.split(",")
+    unknown = sorted(set(modes) - set(READERS))
+    if unknown:
+        raise click.BadParameter(
+            f"{', '.join(unknown)}: not one of {', '.join(READERS)}", param_hint="--reader"
+        )
     rows = [
-        Row(datagram=d, planes=k, backend=be, pacing=pacing)
-        for d, k, be in itertools.product(_ints(datagrams), _ints(planes), backends.split(","))
+        Row(datagram=d, planes=k, backend=be, pacing=pacing, reader=rd)
+        for d, k, be, rd in itertools.product(
+            _ints(datagrams), _ints(planes), backends.split(","), modes
+        )
     ]
     res = run_bench(
         rows=rows,
@@ -401,12 +437,13 @@ def relay(
 
 def _print(res: dict[str, Any]) -> None:
     click.echo(
-        f"{'backend':<8} {'datagram':>8} {'K':>2} {'pull MB/s':>10} {'ray.get MB/s':>13}"
+        f"{'backend':<8} {'datagram':>8} {'K':>2} {'reader':>10} {'pull MB/s':>10} {'ray.get MB/s':>13}"
         f" {'pull/ray.get':>12} {'fail':>4}"
     )
     for r in res["rows"]:
         click.echo(
-            f"{r['backend']:<8} {r['datagram']:>8} {r['planes']:>2} {r['pull_mb_s']:>10.1f}"
+            f"{r['backend']:<8} {r['datagram']:>8} {r['planes']:>2} {r['reader']:>10}"
+            f" {r['pull_mb_s']:>10.1f}"
             f" {r['ray_get_mb_s']:>13.1f} {r['pull_vs_ray_get']:>12.3f} {r['failures']:>4}"
         )
     click.echo(

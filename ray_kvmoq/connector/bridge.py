@@ -230,6 +230,20 @@ class RelayBridge:
                     raise
             time.sleep(0.02)
 
+    def prefetch(
+        self, namespace: Namespace, track: bytes, group_ids: Sequence[int], *, timeout_s: float
+    ) -> Any:
+        """Have the node relay pull ``group_ids`` of a track from another node in one pipelined
+        batch (never waits; returns the call's ref, or None if it could not be sent). Reads of
+        those groups with :meth:`get_group` then wait only for their own group."""
+        try:
+            return self.relay().prefetch.remote(
+                namespace, track, list(group_ids), timeout_s=timeout_s
+            )
+        except Exception as exc:  # the reads that follow fail and say why
+            log.debug("cannot prefetch %d groups: %s", len(group_ids), exc)
+            return None
+
     def publish_group(
         self,
         namespace: Namespace,

@@ -185,6 +185,8 @@ class WorkerSide:
         c = self.chunk_size
         deadline = time.monotonic() + self.load_timeout_s
         spent = {True: [0.0, 0.0, 0.0], False: [0.0, 0.0, 0.0]}  # local? -> [s, bytes, groups]
+        if not spec.follows_producer:  # a producer's live track already streams its groups
+            self._prefetch(spec)
         for i, src in enumerate(spec.sources):
             k = spec.first_group + i
             lo, hi = max(spec.start, k * c), min(spec.end, (k + 1) * c)
@@ -236,6 +238,19 @@ class WorkerSide:
                     kind = "local_s_per_byte" if local else "pull_s_per_byte"
                     self.bridge.report(kind, secs / moved, int(groups))
         return True
+
+    def _prefetch(self, spec: LoadSpec) -> None:
+        """Ask the node relay to pull every group of ``spec`` that lives on another node, one
+        pipelined batch per track, before reading them in order: each read then waits only
+        for its own group, and decoding one group overlaps the pull of the next."""
+        c = self.chunk_size
+        remote: dict[tuple[Any, bytes], list[int]] = {}
+        for i, src in enumerate(spec.sources):
+            k = spec.first_group + i
+            if not src.local and max(spec.start, k * c) < min(spec.end, (k + 1) * c):
+                remote.setdefault((src.namespace, src.track), []).append(src.group_id)
+        for (namespace, track), group_ids in remote.items():
+            self.bridge.prefetch(namespace, track, group_ids, timeout_s=self.load_timeout_s)
 
     def _codebook_for(self, namespace: Any, track: bytes, deadline: float) -> bytes | None:
         if track != _AC:

@@ -611,6 +611,31 @@ class RelayActor:
                 return [h[0] for h in handles]
         raise RelayError(TRACK_DOES_NOT_EXIST, "groups were evicted before use (budget too small)")
 
+    async def prefetch(
+        self,
+        namespace: Sequence[str | bytes] | str,
+        track: str | bytes,
+        group_ids: Sequence[int],
+        *,
+        timeout_s: float = 30.0,
+    ) -> int:
+        """Start pulling every group of ``group_ids`` this node lacks, in one pipelined batch,
+        for a reader that then reads them one by one with :meth:`get_group_ref`: each read
+        joins the pull in flight and waits only for its own group, so the reader decodes a
+        group while the next ones are on the wire (one round trip per group otherwise).
+
+        Returns how many of the groups are sealed here when the batch ends; never raises for
+        a group that cannot be had (the reader's own read reports it), so a caller may drop
+        the answer."""
+        ns, tr = as_namespace(namespace), as_track(track)
+        relay = await self._ready()
+        ids = list(group_ids)
+        try:
+            await asyncio.wait_for(relay.ensure_groups(ns, tr, ids), timeout_s)
+        except (RelayError, TimeoutError) as exc:
+            log.debug("prefetch of %d groups of %r ended early: %s", len(ids), tr, exc)
+        return sum(relay.cache.is_sealed(ns, tr, g) for g in ids)
+
     async def fetch_refs(
         self, namespace: tuple[bytes, ...], track: bytes, first: int, last: int
     ) -> tuple[list[tuple[int, Any]], bool]:

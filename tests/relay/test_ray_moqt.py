@@ -40,6 +40,14 @@ def _actors() -> Any:
                 out.append(b"".join(bytes(o.payload) for o in unpack_group(packed)))
             return out
 
+        async def prefetched(
+            self, relay: Any, ns: list[str], track: str, n: int
+        ) -> tuple[int, list[bytes]]:
+            """One prefetch call, then group by group (how the KV connector loads a prefix)."""
+            sealed = relay.prefetch.remote(ns, track, list(range(n)))
+            data = await self.groups(relay, ns, track, n)
+            return await sealed, data
+
         async def batch(self, relay: Any, ns: list[str], track: str, n: int) -> list[bytes]:
             from ray_kvmoq.relay.packed import unpack_group
 
@@ -165,6 +173,27 @@ def test_a_batched_pull_is_bit_exact_and_striped_over_both_data_planes(
     for i in range(2):
         assert after[f"plane_fetches_{i}"] > before[f"plane_fetches_{i}"]  # both carried some
     assert after["max_groups_in_flight"] >= 8
+
+
+def test_prefetch_then_group_by_group_reads_are_bit_exact_over_at_most_3_range_fetches(
+    cluster_relays: dict[str, Any],
+) -> None:
+    import ray
+
+    A, B = cluster_relays["A"], cluster_relays["B"]
+    groups = _payloads("prefetched", 16, 2, 200_000)
+    _publish(A, "prefetched", groups)
+    before = ray.get(B.stats.remote(), timeout=30)
+    sealed, got = ray.get(
+        cluster_relays["readers"]["B"].prefetched.remote(B, NS, "prefetched", 16), timeout=120
+    )
+    assert got == [b"".join(g) for g in groups]
+    assert sealed == 16
+    after = ray.get(B.stats.remote(), timeout=30)
+    # 16 reads one by one cost 16 FETCHes (the first test: 4 reads, 4); after a prefetch they
+    # share its range FETCHes of 8 groups (a third if the first read reached the relay first)
+    assert after["upstream_fetches"] - before["upstream_fetches"] <= 3
+    assert after["upstream_bytes"] - before["upstream_bytes"] == 16 * 2 * 200_000
 
 
 def test_eight_subscribers_on_b_cause_one_upstream_transfer(cluster_relays: dict[str, Any]) -> None:
