@@ -21,8 +21,8 @@ Once per bench: **fan-out** (one track, ``--subscribers`` readers on B: upstream
 bytes must be 1.0) and **zero-copy** (median latency of a same-node read of a sealed group).
 
 Progress goes to stderr; ``--json`` prints one object: ``rows`` (each with ``datagram``,
-``planes``, ``backend``, ``reader``, ``pull_mb_s``, ``ray_get_mb_s``, ``pull_vs_ray_get``, ``runs``,
-``failures``, ``errors``), ``failures`` (total), and the fan-out / zero-copy figures.
+``planes``, ``backend``, ``reader``, ``pull_mb_s``, ``ray_get_mb_s``, ``pull_vs_ray_get``,
+``runs``, ``failures``, ``errors``), ``failures`` (total), and the fan-out / zero-copy figures.
 """
 
 from __future__ import annotations
@@ -437,8 +437,8 @@ def relay(
 
 def _print(res: dict[str, Any]) -> None:
     click.echo(
-        f"{'backend':<8} {'datagram':>8} {'K':>2} {'reader':>10} {'pull MB/s':>10} {'ray.get MB/s':>13}"
-        f" {'pull/ray.get':>12} {'fail':>4}"
+        f"{'backend':<8} {'datagram':>8} {'K':>2} {'reader':>10} {'pull MB/s':>10}"
+        f" {'ray.get MB/s':>13} {'pull/ray.get':>12} {'fail':>4}"
     )
     for r in res["rows"]:
         click.echo(

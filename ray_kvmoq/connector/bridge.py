@@ -188,15 +188,6 @@ class RelayBridge:
             self.forget_relay()
             raise
 
-    def wait_lookups(self, refs: Sequence[Any], timeout_s: float) -> None:
-        """Return when one of the lookups ``refs`` answered, or after ``timeout_s``."""
-        if not refs:
-            time.sleep(timeout_s)
-            return
-        import ray
-
-        ray.wait(list(refs), num_returns=1, timeout=timeout_s)
-
     # ---- worker side -----------------------------------------------------------------------
 
     def get_group(

@@ -15,8 +15,6 @@ Keys (all optional)::
     relay_datagram_size  QUIC datagram size of such a relay (1452)
     lookup_timeout_s how long the scheduler waits for the directory before counting a miss (1.0)
     load_timeout_s   a load slower than this is abandoned and recomputed (10.0)
-    idle_wait_s      how long the scheduler waits in a step with nothing to compute while requests
-                     wait for KV, before vLLM steps again (0.002; 0: never wait)
     min_load_tokens  prefixes shorter than this are recomputed, never loaded (= chunk_size)
     tenant_salt      salt (str) for requests without ``cache_salt`` ("public")
     model_name       model field of KV namespaces (default: served model name + weights fingerprint)
@@ -62,8 +60,6 @@ class ConnectorConfig:
     """Directory lookups slower than this count as misses."""
     load_timeout_s: float = 10.0
     """Loads slower than this are abandoned (recompute)."""
-    idle_wait_s: float = 0.002
-    """Longest wait in an empty step (see ``SchedulerSide.build_connector_meta``)."""
     min_load_tokens: int | None = None
     """Shortest prefix worth loading (None: one chunk)."""
     tenant_salt: str = "public"
@@ -106,9 +102,6 @@ class ConnectorConfig:
             v = getattr(self, name)
             if not isinstance(v, int | float) or isinstance(v, bool) or not 0 < v <= 3600:
                 raise ConnectorConfigError(f"{name} must be a number of seconds in (0, 3600]")
-        v = self.idle_wait_s
-        if not isinstance(v, int | float) or isinstance(v, bool) or not 0 <= v <= 1:
-            raise ConnectorConfigError("idle_wait_s must be a number of seconds in [0, 1]")
         if self.min_load_tokens is not None:
             _positive_int("min_load_tokens", self.min_load_tokens, 1, 1 << 30)
         if not isinstance(self.tenant_salt, str) or not self.tenant_salt:

@@ -377,29 +377,7 @@ class SchedulerSide:
                 else:
                     st.block_ids.extend(new_ids[0])
             self._saves(st, cached.num_computed_tokens[i], out, meta)
-        if out.total_num_scheduled_tokens == 0 and not meta.loads:
-            self._idle_wait()
         return meta
-
-    def _idle_wait(self) -> None:
-        """A step with nothing to compute: every request waits (a lookup, a pull, free blocks).
-        vLLM's engine loop would step again at once, and its worker with it, two processes
-        spinning on cores that the other engines and the relays pulling this KV need. So the
-        step waits up to ``idle_wait_s``, less when a pending lookup answers; a pull that
-        lands is seen at most that much later."""
-        wait_s = float(self.conf.idle_wait_s)
-        if wait_s <= 0:
-            return
-        refs = [
-            st.lookup_ref
-            for st in self._reqs.values()
-            if st.lookup_ref is not None and st.plan is None
-        ]
-        self.counters.add(idle_waits=1)
-        try:
-            self.bridge.wait_lookups(refs, wait_s)
-        except Exception:  # the relay died: the next poll_lookup reports it
-            time.sleep(wait_s)
 
     def _time_step(self, out: SchedulerOutput) -> None:
         """Feed the step clock; report this node's prefill seconds per token now and then."""

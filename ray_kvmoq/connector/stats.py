@@ -54,9 +54,6 @@ class ConnectorCounters:
     """Directory lookups slower than ``lookup_timeout_s``."""
     lookups_skipped: int = 0
     """Requests whose every whole chunk vLLM's own prefix cache held: no directory round trip."""
-    idle_waits: int = 0
-    """Engine steps with nothing to compute (every request waiting for KV) that waited up to
-    ``idle_wait_s`` instead of letting vLLM step again at once."""
     pulls_declined: int = 0
     """Prefixes held on another node that were recomputed because the measured pull is slower."""
     pulls_probed: int = 0

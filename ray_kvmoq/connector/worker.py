@@ -10,8 +10,9 @@ scheduler's :class:`~.metadata.MoqtConnectorMetadata` and
   ``get_finished`` when done. The loader first asks the relay to prefetch every remote group
   of the load (one pipelined batch of range FETCHes per track), then reads the groups in order:
   each read waits only for its own group, so decoding overlaps the rest of the pull (one
-  round trip per group otherwise: 1.6-1.7x slower in ``kvmoq bench relay --reader``). The request's blocks are reserved for it while it waits, so the
-  loader writes into them while other requests' forward passes run.
+  round trip per group otherwise: 1.6-1.7x slower in ``kvmoq bench relay --reader``). The
+  request's blocks are reserved for it while it waits, so the loader writes into them while
+  other requests' forward passes run.
 * **saves** (``wait_for_save``): each group the step completed is gathered from the blocks (one
   copy, in the step, so the blocks may be reused at once) and handed to the publisher thread,
   which encodes it with the track's codec, attaches digests and publishes it on the node relay

@@ -3,7 +3,6 @@ engine: the figures come from a board snapshot, the clock is the real monotonic 
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 from ray_kvmoq.connector.config import ConnectorConfig
@@ -122,62 +121,3 @@ def test_a_prompt_with_an_uncached_whole_chunk_or_a_producer_prompt_still_looks_
     assert producer.get_num_new_matched_tokens(req, num_computed_tokens=8 * 128) == (None, False)
     assert len(pbridge.lookups) == 1
     assert producer.counters.totals().get("lookups_skipped", 0) == 0
-
-
-class _WaitBridge(_LookupBridge):
-    """A lookup bridge that also records the scheduler's idle waits."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.waits: list[tuple[list[object], float]] = []
-
-    def figures(self) -> FiguresSnapshot:
-        return Figures().snapshot()
-
-    def report(self, *args: Any) -> None:
-        pass
-
-    def wait_lookups(self, refs: list[object], timeout_s: float) -> None:
-        self.waits.append((list(refs), timeout_s))
-
-
-class _Step:
-    """The fields of vLLM's ``SchedulerOutput`` that ``build_connector_meta`` reads."""
-
-    def __init__(self, scheduled: dict[str, int]) -> None:
-        self.num_scheduled_tokens = scheduled
-        self.total_num_scheduled_tokens = sum(scheduled.values())
-        self.scheduled_new_reqs: list[Any] = []
-        self.scheduled_cached_reqs = SimpleNamespace(
-            req_ids=[], new_block_ids=[], resumed_req_ids=set(), num_computed_tokens=[]
-        )
-
-
-def _wait_side(idle_wait_s: float) -> tuple[SchedulerSide, _WaitBridge]:
-    bridge = _WaitBridge()
-    side = SchedulerSide(
-        ConnectorConfig(idle_wait_s=idle_wait_s), bridge=bridge, model="m", block_size=16,  # type: ignore[arg-type]
-        kv_dtype="bfloat16", producer=False, consumer_only=False, bytes_per_token={b"BF16": BPT},
-    )  # fmt: skip
-    return side, bridge
-
-
-def test_a_step_with_nothing_to_compute_waits_on_the_pending_lookup_instead_of_spinning() -> None:
-    side, bridge = _wait_side(0.002)
-    req: Any = _Request("r", 8 * 128 + 64)
-    assert side.get_num_new_matched_tokens(req, num_computed_tokens=0) == (None, False)
-    side.build_connector_meta(_Step({}))  # type: ignore[arg-type]
-    assert len(bridge.waits) == 1
-    refs, timeout_s = bridge.waits[0]
-    assert refs == [side._reqs["r"].lookup_ref] and timeout_s == 0.002
-    assert side.counters.totals()["idle_waits"] == 1
-    side.build_connector_meta(_Step({"other": 5}))  # type: ignore[arg-type]
-    assert len(bridge.waits) == 1  # a step that computes never waits
-
-
-def test_idle_wait_zero_lets_vllm_step_again_at_once() -> None:
-    side, bridge = _wait_side(0.0)
-    req: Any = _Request("r", 8 * 128 + 64)
-    side.get_num_new_matched_tokens(req, num_computed_tokens=0)
-    side.build_connector_meta(_Step({}))  # type: ignore[arg-type]
-    assert bridge.waits == [] and side.counters.totals().get("idle_waits", 0) == 0
