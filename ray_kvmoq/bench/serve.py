@@ -43,6 +43,13 @@ ROW_NAMES = {
 _APP = "bench"
 _SHORT = {"prefix_repetition": "prefix", "random": "random"}
 _METRICS = ("prefix_cache_hits", "external_prefix_cache_hits", "prompt_tokens")
+_RATIO_METRICS = (
+    "ttft_mean_ms",
+    "ttft_p50_ms",
+    "ttft_p99_ms",
+    "tpot_mean_ms",
+    "request_throughput",
+)
 
 
 def _log(msg: str) -> None:
@@ -221,10 +228,7 @@ def ratios(rows: dict[str, dict[str, Any]]) -> dict[str, dict[str, float | None]
         ref = rows.get(f"{dataset}:a-{row_n.split('-', 1)[1]}")
         if ref is None or row_n.startswith("a-"):
             continue
-        out[key] = {
-            m: (r[m] / ref[m] if r.get(m) and ref.get(m) else None)
-            for m in ("ttft_mean_ms", "ttft_p99_ms", "tpot_mean_ms", "request_throughput")
-        }
+        out[key] = {m: (r[m] / ref[m] if r.get(m) and ref.get(m) else None) for m in _RATIO_METRICS}
     return out
 
 

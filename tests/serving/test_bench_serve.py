@@ -41,6 +41,7 @@ def test_summary_ratios_and_medians() -> None:
     assert (
         rat["prefix:b-2"]["ttft_mean_ms"] == 0.4 and rat["prefix:b-2"]["request_throughput"] == 1.2
     )
+    assert rat["prefix:b-2"]["ttft_p50_ms"] == 0.4 and rat["prefix:b-2"]["ttft_p99_ms"] == 0.4
     m = median_row([summarize(_raw(t, 50, 1.0, failed=1), before, after) for t in (3, 1, 2)])
     assert m["ttft_mean_ms"] == 2 and m["failed"] == 3 and m["repeats"] == 3
     assert m["prompt_tokens_by_node"] == {"10.0.0.1": 300, "10.0.0.2": 600}  # the last run's
