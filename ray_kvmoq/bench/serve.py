@@ -407,7 +407,7 @@ def _csv(kind: type, value: str) -> list[Any]:
     "rate",
     default=1.0,
     show_default=True,
-    type=float,
+    type=click.FloatRange(min=0, min_open=True),
     help="Requests per second (Poisson).",
 )
 @click.option("--prefix-len", default=1024, show_default=True, type=click.IntRange(1, 32768))
@@ -457,8 +457,16 @@ def serve(
     sets = _csv(str, datasets)
     if not sets or set(sets) - set(_SHORT):
         raise click.BadParameter(f"datasets must be among {', '.join(_SHORT)}")
+    counts = _csv(int, replicas)
+    if not counts or not set(counts) <= {1, 2}:
+        raise click.BadParameter("replicas must be among 1, 2 (one per node of the 2-node cluster)")
+    if "prefix_repetition" in sets and num_prefixes > num_prompts:
+        raise click.BadParameter(
+            f"--num-prefixes ({num_prefixes}) must not exceed --num-prompts ({num_prompts}): "
+            "vLLM's prefix_repetition dataset gives every prefix at least one prompt"
+        )
     res = run_bench(
-        rows=picked, replicas=_csv(int, replicas), datasets=sets, num_prompts=num_prompts,
+        rows=picked, replicas=counts, datasets=sets, num_prompts=num_prompts,
         rate=rate, prefix_len=prefix_len, suffix_len=suffix_len, num_prefixes=num_prefixes,
         output_len=output_len, datagram=datagram, repeat=repeat, kv_cache_mb=kv_cache_mb,
     )  # fmt: skip

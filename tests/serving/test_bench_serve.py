@@ -62,3 +62,18 @@ def test_bad_rows_or_datasets_are_refused_before_anything_starts() -> None:
     assert res.exit_code != 0 and "rows must be among" in res.output
     res = CliRunner().invoke(main, ["bench", "serve", "--datasets", "sharegpt"])
     assert res.exit_code != 0 and "datasets must be among" in res.output
+
+
+def test_a_zero_rate_a_third_replica_or_more_prefixes_than_prompts_are_refused_up_front() -> None:
+    res = CliRunner().invoke(main, ["bench", "serve", "--request-rate", "0"])
+    assert (
+        res.exit_code != 0
+        and "--request-rate" in res.output
+        and "not in the range x>0" in res.output
+    )
+    res = CliRunner().invoke(main, ["bench", "serve", "--replicas", "1,3"])
+    assert res.exit_code != 0 and "replicas must be among 1, 2" in res.output
+    res = CliRunner().invoke(main, ["bench", "serve", "--num-prefixes", "16", "--num-prompts", "8"])
+    assert (
+        res.exit_code != 0 and "--num-prefixes (16) must not exceed --num-prompts (8)" in res.output
+    )
