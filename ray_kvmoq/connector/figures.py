@@ -10,6 +10,8 @@ averages. The router and each connector read the board every few seconds.
 Figures (``kind`` → per-node value):
 
 * ``prefill_s_per_token`` — seconds of engine time per prompt token computed on that node;
+* ``decode_s_per_token`` — seconds a decode step takes per sequence in it (what each running
+  request adds to every step);
 * ``pull_s_per_byte`` — seconds per encoded KV byte loaded from *another* node (relay pull over
   MoQT plus verify, decode and write);
 * ``local_s_per_byte`` — the same for bytes this node's relay already held (zero-copy read).
@@ -27,7 +29,7 @@ __all__ = ["FIGURES_NAME", "KINDS", "Figures", "FiguresBoard", "FiguresSnapshot"
 FIGURES_NAME = "kvmoq_figures"
 """Actor name of the board (in the relays' Ray namespace)."""
 
-KINDS = ("prefill_s_per_token", "pull_s_per_byte", "local_s_per_byte")
+KINDS = ("prefill_s_per_token", "decode_s_per_token", "pull_s_per_byte", "local_s_per_byte")
 """The figures the board keeps."""
 
 _ALPHA = 0.3

@@ -380,15 +380,15 @@ class SchedulerSide:
         return meta
 
     def _time_step(self, out: SchedulerOutput) -> None:
-        """Feed the step clock; report this node's prefill seconds per token now and then."""
+        """Feed the step clock; report this node's prefill and decode figures now and then."""
         prefill = 0
         for req_id, n in out.num_scheduled_tokens.items():
             st = self._reqs.get(req_id)
             if st is not None and n > 1:
                 prefill += n
-        sample = self._clock.step(time.monotonic(), sum(out.num_scheduled_tokens.values()), prefill)
-        if sample is not None:
-            self.bridge.report("prefill_s_per_token", *sample)
+        total = sum(out.num_scheduled_tokens.values())
+        for kind, value, steps in self._clock.step(time.monotonic(), total, prefill):
+            self.bridge.report(kind, value, steps)
 
     def _saves(
         self, st: _Req, computed: int, out: SchedulerOutput, meta: MoqtConnectorMetadata
@@ -477,34 +477,52 @@ class SchedulerSide:
 
 
 class _StepClock:
-    """Prefill seconds per token from the engine's own steps.
+    """Prefill seconds per token and decode seconds per sequence, from the engine's own steps.
 
     ``build_connector_meta`` runs once per step, right after the previous step's forward pass
-    when the engine is busy, so the time between two calls is the previous step's cost. Steps
-    that were mostly prefill (≥ 90 % of ≥ 128 tokens) are averaged and reported every
-    ``period_s`` as (seconds per token, number of steps).
+    when the engine is busy, so the time between two calls is the previous step's cost:
+
+    * steps that were mostly prefill (≥ 90 % of ≥ 128 tokens) give ``prefill_s_per_token``;
+    * pure decode steps (one token per running sequence) that another pure decode step follows
+      give ``decode_s_per_token``: the step's seconds per sequence in it. A decode step followed
+      by anything else is skipped: the engine may have sat idle before that next step, until a
+      new request came.
+
+    Each is averaged and reported every ``period_s`` as (kind, value, number of steps).
     """
 
     def __init__(self, period_s: float = 5.0) -> None:
         self.period_s = period_s
         self._prev: tuple[float, int, int] | None = None
-        self._secs = 0.0
-        self._tokens = 0
-        self._steps = 0
+        self._sums: dict[str, list[float]] = {
+            "prefill_s_per_token": [0.0, 0, 0],
+            "decode_s_per_token": [0.0, 0, 0],
+        }  # kind → [seconds, tokens, steps]
         self._last_report = 0.0
 
-    def step(self, now: float, tokens: int, prefill_tokens: int) -> tuple[float, int] | None:
-        """Record a step that starts at ``now``; maybe return (s/token, steps) to report."""
+    def step(self, now: float, tokens: int, prefill_tokens: int) -> list[tuple[str, float, int]]:
+        """Record a step that starts at ``now`` (``tokens`` scheduled, ``prefill_tokens`` of them
+        prompt tokens); return the samples due for reporting."""
         if self._prev is not None:
             at, n, pre = self._prev
+            kind = None
             if n >= 128 and pre >= 0.9 * n:
-                self._secs += now - at
-                self._tokens += n
-                self._steps += 1
+                kind = "prefill_s_per_token"
+            elif pre == 0 and tokens and prefill_tokens == 0:
+                kind = "decode_s_per_token"
+            if kind is not None:
+                acc = self._sums[kind]
+                acc[0] += now - at
+                acc[1] += n
+                acc[2] += 1
         self._prev = (now, tokens, prefill_tokens) if tokens else None
-        if self._tokens and now - self._last_report >= self.period_s:
-            out = (self._secs / self._tokens, self._steps)
-            self._secs, self._tokens, self._steps = 0.0, 0, 0
+        if now - self._last_report < self.period_s:
+            return []
+        out = []
+        for kind, acc in self._sums.items():
+            if acc[1]:
+                out.append((kind, acc[0] / acc[1], int(acc[2])))
+                acc[:] = [0.0, 0, 0]
+        if out:
             self._last_report = now
-            return out
-        return None
+        return out

@@ -10,8 +10,17 @@ For a candidate on node ``n``, the prompt's leading chunks fall into four kinds,
    the same rule, so the estimate matches what the replica will do);
 4. the rest — recomputed: ``tokens × prefill_s_per_token(n)``;
 
-plus the queue: ``queue_len × the request's own recompute time`` (each request ahead of it
-holds the engine about as long as a prefill of this size; a crude but scale-free proxy).
+plus the work ahead of it on that replica: the seconds still to run of the requests this router
+sent there (each priced by its own plan when it was routed, draining at one second per second;
+see :class:`ray_kvmoq.serving.router.ReplicaLoad`), and, for requests in the replica's queue that
+this router did not plan (another router sent them), ``the request's own recompute time`` each —
+a conservative proxy. Requests that hit an engine's cache are nearly free and count so: a
+replica full of cache hits is not "busy", and one computing a long cold prefix is.
+
+Every request on the replica also adds its decode token to each engine step:
+``1.5 × queue_len × decode_s_per_token`` (half a step, on average, waiting for the step under way,
+and the step the new request's prefill shares with them). That keeps the cheapest replica from
+collecting every request of a hot prefix while its batch grows.
 
 All figures are measured on the running cluster (``ray_kvmoq.connector.figures``): nothing
 here is a constant. With no figures yet, :func:`plan` returns ``cost_s=None`` and the router
@@ -52,6 +61,11 @@ class Candidate:
     """Its Ray node."""
     queue_len: int = 0
     """Requests ongoing or queued on it."""
+    planned: int = 0
+    """How many of those this router planned (their cost is in ``work_ahead_s``); the other
+    ``queue_len - planned`` are priced as a full recompute of the new request each."""
+    work_ahead_s: float = 0.0
+    """Seconds of planned work still ahead on it."""
     recent: frozenset[str] = frozenset()
     """Short chunk hashes of prefixes recently sent to it (likely in its engine's cache)."""
 
@@ -63,6 +77,7 @@ class NodeFigures:
     prefill_s_per_token: float | None
     pull_s_per_byte: float | None
     local_s_per_byte: float | None
+    decode_s_per_token: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,13 +93,21 @@ class Plan:
     """Then chunks pulled from other nodes."""
     recompute_tokens: int
     """Tokens it computes."""
+    work_s: float | None
+    """Estimated seconds of the request's own prefill work: recompute plus loads (None: figures
+    missing)."""
     cost_s: float | None
-    """Estimated seconds to first token (None: figures missing)."""
+    """Estimated seconds to first token: ``work_s`` plus the work ahead (None: figures missing)."""
 
     @property
     def reused_chunks(self) -> int:
         """Chunks it does not compute."""
         return self.engine_chunks + self.local_chunks + self.remote_chunks
+
+
+_STEPS_SHARED = 1.5
+"""Decode steps of the running requests a new request sits through before its first token: half
+the step under way, on average, and the one its prefill shares with them."""
 
 
 def _leading(flags: Sequence[bool]) -> int:
@@ -109,21 +132,24 @@ def plan(req: RequestView, cand: Candidate, fig: NodeFigures) -> Plan:
         remote = 0  # a pull that does not beat recompute is not made
     reused = (engine + local + remote) * c
     recompute = req.prompt_tokens - reused
-    if prefill is None:
-        cost = None
-    else:
+    work: float | None = None
+    cost: float | None = None
+    if prefill is not None:
         chunk_bytes = c * req.bytes_per_token
-        cost = (
+        work = (
             recompute * prefill
             + local * chunk_bytes * (local_s or 0.0)
             + remote * chunk_bytes * (pull or 0.0)
-            + cand.queue_len * req.prompt_tokens * prefill
         )
+        unplanned = max(0, cand.queue_len - cand.planned)
+        batch = _STEPS_SHARED * cand.queue_len * (fig.decode_s_per_token or 0.0)
+        cost = work + cand.work_ahead_s + unplanned * req.prompt_tokens * prefill + batch
     return Plan(
         key=cand.key,
         engine_chunks=engine,
         local_chunks=local,
         remote_chunks=remote,
         recompute_tokens=recompute,
+        work_s=work,
         cost_s=cost,
     )

@@ -7,15 +7,16 @@ it (:mod:`.costmodel`), then ranks the candidates cheapest first:
   hashes go to the cluster's KV directory (``longest_prefix``: which nodes' relays hold each
   leading chunk), and the router remembers which prefixes it recently sent to which replica
   (they sit in that engine's own prefix cache);
-* *what it costs*: prefill and pull speed per node as measured on the running cluster (the
-  figures board), the track's real bytes per token, each replica's queue length — including
-  the requests just ranked for it and not yet sent (:class:`ReplicaLoad`'s claims), so a burst
-  ranked in one instant spreads instead of piling onto the replica holding the prefix.
+* *what it costs*: prefill, decode and pull speed per node as measured on the running cluster (the
+  figures board), the track's real bytes per token, and the work ahead on each replica: the
+  planned prefill seconds of the requests this router sent there, draining as time passes,
+  including requests just ranked for it and not yet sent (:class:`ReplicaLoad`'s claims), so a
+  burst ranked in one instant spreads instead of piling onto the replica holding the prefix.
 
 Outcomes, counted in ``kvmoq_router_decisions_total{outcome}``: ``cost`` (figures known: the
 cheapest plan wins — a pull is only planned where it beats recompute), ``affinity`` (KV known but
 no figures yet: the replica that holds the longest prefix, shorter queue first), ``pow2`` (no KV
-anywhere: two random replicas, shorter queue first). Every candidate appears in the ranking
+anywhere: two random replicas, less work ahead first). Every candidate appears in the ranking
 exactly once, so Serve falls through when the best one is full. Lookups are bounded (a slow
 directory means routing without KV information, never a stuck request).
 
@@ -30,6 +31,7 @@ import logging
 import random
 import time
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
@@ -48,6 +50,7 @@ _LOOKUP_TIMEOUT_S = 0.25
 _FIGURES_MAX_AGE_S = 2.0
 _RECENT_PER_REPLICA = 4096
 _CLAIM_TTL_S = 5.0
+_SENT_TTL_S = 60.0
 
 
 def _short(h: bytes) -> str:
@@ -60,90 +63,151 @@ def rank(
     figures: FiguresSnapshot,
     rng: random.Random,
 ) -> tuple[list[str], str, Plan | None]:
-    """Candidate keys best first, the outcome, and the chosen plan (pure; see the docstring)."""
+    """Candidate keys best first, the outcome, and the first candidate's plan (None without a
+    request view; pure; see the module docstring)."""
     if not candidates:
         return [], "empty", None
-    plans = []
+    plans: dict[str, Plan] = {}
     if req is not None:
         for c in candidates:
             nf = NodeFigures(
                 prefill_s_per_token=figures.get("prefill_s_per_token", c.node_id),
                 pull_s_per_byte=figures.get("pull_s_per_byte", c.node_id),
                 local_s_per_byte=figures.get("local_s_per_byte", c.node_id),
+                decode_s_per_token=figures.get("decode_s_per_token", c.node_id),
             )
-            plans.append((plan(req, c, nf), c))
-    if not any(p.reused_chunks for p, _ in plans):
-        return _pow2(candidates, rng), "pow2", None
-    if all(p.cost_s is not None for p, _ in plans):
-        order = sorted(plans, key=lambda pc: (pc[0].cost_s, rng.random()))
-        return [c.key for _, c in order], "cost", order[0][0]
-    order = sorted(plans, key=lambda pc: (-pc[0].reused_chunks, pc[1].queue_len, rng.random()))
-    return [c.key for _, c in order], "affinity", order[0][0]
+            plans[c.key] = plan(req, c, nf)
+    if not any(p.reused_chunks for p in plans.values()):
+        order = _pow2(candidates, plans, rng)
+        return order, "pow2", plans.get(order[0])
+    if all(p.cost_s is not None for p in plans.values()):
+        ranked = sorted(candidates, key=lambda c: (plans[c.key].cost_s, c.queue_len, rng.random()))
+        return [c.key for c in ranked], "cost", plans[ranked[0].key]
+    ranked = sorted(
+        candidates, key=lambda c: (-plans[c.key].reused_chunks, c.queue_len, rng.random())
+    )
+    return [c.key for c in ranked], "affinity", plans[ranked[0].key]
 
 
-def _pow2(candidates: list[Candidate], rng: random.Random) -> list[str]:
+def _pow2(candidates: list[Candidate], plans: dict[str, Plan], rng: random.Random) -> list[str]:
+    """Two random candidates, the cheaper first (by estimated cost where known, else by queue
+    length), then the rest in random order."""
     if len(candidates) == 1:
         return [candidates[0].key]
-    pair = sorted(rng.sample(candidates, 2), key=lambda c: c.queue_len)
+
+    def load(c: Candidate) -> tuple[float, int]:
+        p = plans.get(c.key)
+        return (p.cost_s if p is not None and p.cost_s is not None else 0.0, c.queue_len)
+
+    pair = sorted(rng.sample(candidates, 2), key=load)
     rest = [c.key for c in candidates if c not in pair]
     rng.shuffle(rest)
     return [pair[0].key, pair[1].key, *rest]
 
 
 class ReplicaLoad:
-    """Requests each replica is about to get or is serving, as this router knows them.
+    """Requests each replica is about to get or is serving, and the work they bring, as this
+    router knows them.
 
-    Serve ranks several pending requests at once (up to two routing tasks per replica) and
-    counts a request against a replica only once it is sent. Without the *claims* here, a burst
-    ranked in the same instant sees the same queue lengths and lands on one replica. So each
-    ranking claims a slot on its first choice. The claim ends when Serve sends a request to that
-    replica (``sent``), when the request is routed elsewhere (``routed``), or after
-    ``_CLAIM_TTL_S``, for a request that fell through or was cancelled. Pure: no Serve, no clock
-    of its own.
+    *Claims.* Serve ranks several pending requests at once (up to two routing tasks per replica)
+    and counts a request against a replica only once it is sent. Without claims, a burst ranked
+    in the same instant sees the same queues and lands on one replica. So each ranking claims a
+    slot on its first choice. The slot ends when Serve sends a request to that replica
+    (``sent``: Serve's queue-length cache counts it from then), when the request is routed
+    (``routed``), or after ``ttl_s``, for a request that fell through or was cancelled.
+
+    *Work.* Each claim carries the request's planned seconds of prefill work (its plan's
+    ``work_s``). A replica's work ahead is a virtual finish time: each request's work is added
+    when it is claimed (and moved when it is claimed again or routed elsewhere), and it drains
+    at one second per second. It never
+    exceeds the sum of the work of the requests still claimed or in flight there, so a finished
+    request takes its work with it. A request that hit the engine's prefix cache brings almost
+    none, so a replica full of cache hits is not "busy"; one computing a cold prefix is.
+
+    Pure: no Serve, no clock of its own.
     """
 
-    def __init__(self, ttl_s: float = _CLAIM_TTL_S) -> None:
+    def __init__(self, ttl_s: float = _CLAIM_TTL_S, sent_ttl_s: float = _SENT_TTL_S) -> None:
         self._ttl = ttl_s
-        self._claims: OrderedDict[int, tuple[str, float]] = OrderedDict()
-        self._inflight: dict[str, set[str]] = {}
+        self._sent_ttl = sent_ttl_s
+        self._claims: OrderedDict[int, _Claim] = OrderedDict()
+        self._inflight: dict[str, dict[str, float]] = {}
+        self._finish: dict[str, float] = {}
 
-    def claim(self, token: int, replica: str, now: float) -> None:
-        """The request ``token`` was ranked with ``replica`` first (replaces its earlier claim)."""
-        self._claims.pop(token, None)
-        self._claims[token] = (replica, now + self._ttl)
+    def claim(self, token: int, replica: str, now: float, work_s: float = 0.0) -> None:
+        """The request ``token`` was ranked with ``replica`` first, planned at ``work_s`` seconds
+        (replaces its earlier claim)."""
+        old = self._claims.pop(token, None)
+        if old is not None:
+            self._add_work(old.replica, now, -old.work_s)
+        self._claims[token] = _Claim(replica=replica, at=now, work_s=work_s)
+        self._add_work(replica, now, work_s)
 
     def sent(self, replica: str) -> None:
-        """Serve sent a request to ``replica``: its oldest claim there is now a real request."""
-        for token, (r, _) in self._claims.items():
-            if r == replica:
-                del self._claims[token]
+        """Serve sent a request to ``replica``: its oldest unsent claim there is now counted by
+        Serve's queue-length cache; its work stays until it is ``routed`` (or, where Serve
+        never reports that, for ``sent_ttl_s``)."""
+        for c in self._claims.values():
+            if c.replica == replica and not c.sent:
+                c.sent = True
                 return
 
-    def routed(self, token: int, replica: str, request_id: str) -> None:
-        """The replica accepted the request: it counts until ``completed``."""
-        self._claims.pop(token, None)
-        self._inflight.setdefault(replica, set()).add(request_id)
+    def routed(self, token: int, replica: str, request_id: str, now: float) -> None:
+        """The replica accepted the request: it counts (with its work) until ``completed``."""
+        c = self._claims.pop(token, None)
+        work = c.work_s if c is not None else 0.0
+        if c is not None and c.replica != replica:
+            self._add_work(c.replica, now, -work)
+            self._add_work(replica, now, work)
+        self._inflight.setdefault(replica, {})[request_id] = work
 
     def completed(self, replica: str, request_id: str) -> None:
         """The request no longer occupies the replica."""
-        self._inflight.get(replica, set()).discard(request_id)
+        self._inflight.get(replica, {}).pop(request_id, None)
 
     def forget(self, replica: str) -> None:
         """A replica died."""
         self._inflight.pop(replica, None)
-        for token in [t for t, (r, _) in self._claims.items() if r == replica]:
+        self._finish.pop(replica, None)
+        for token in [t for t, c in self._claims.items() if c.replica == replica]:
             del self._claims[token]
 
     def queue_len(self, replica: str, reported: int, now: float) -> int:
         """Requests ahead of a new one: those it serves (the larger of this router's count and
         Serve's queue-length cache, ``reported``) plus the claims not yet sent."""
-        while self._claims:
-            token, (_, expires) = next(iter(self._claims.items()))
-            if expires > now:
-                break
+        self._expire(now)
+        slots = sum(1 for c in self._claims.values() if c.replica == replica and not c.sent)
+        return max(len(self._inflight.get(replica, {})), reported) + slots
+
+    def work_ahead(self, replica: str, now: float) -> tuple[float, int]:
+        """Seconds of planned work still ahead on ``replica`` and how many requests it covers
+        (those this router claimed or routed there and that have not completed)."""
+        self._expire(now)
+        works = list(self._inflight.get(replica, {}).values())
+        works += [c.work_s for c in self._claims.values() if c.replica == replica]
+        left = max(0.0, self._finish.get(replica, now) - now)
+        return min(left, sum(works)), len(works)
+
+    def _add_work(self, replica: str, now: float, work_s: float) -> None:
+        """Move ``replica``'s virtual finish time by ``work_s`` (negative: work taken back)."""
+        self._finish[replica] = max(now, max(self._finish.get(replica, now), now) + work_s)
+
+    def _expire(self, now: float) -> None:
+        gone = [
+            t
+            for t, c in self._claims.items()
+            if c.at + (self._sent_ttl if c.sent else self._ttl) <= now
+        ]
+        for token in gone:
             del self._claims[token]
-        claims = sum(1 for r, _ in self._claims.values() if r == replica)
-        return max(len(self._inflight.get(replica, ())), reported) + claims
+
+
+@dataclass(kw_only=True)
+class _Claim:
+    replica: str
+    at: float
+    work_s: float
+    sent: bool = False
 
 
 class KVRouter(RequestRouter):
@@ -189,7 +253,8 @@ class KVRouter(RequestRouter):
         cands = [self._candidate(r, now) for r in candidate_replicas]
         order, outcome, best = rank(view, cands, self._figures, self._rng)
         if order and pending_request is not None:
-            self._load.claim(id(pending_request), order[0], now)
+            work = best.work_s if best is not None and best.work_s is not None else 0.0
+            self._load.claim(id(pending_request), order[0], now, work)
         m = process_metrics()
         m.router_decisions.labels(self._label, "kv", outcome).inc()
         if best is not None and best.cost_s is not None:
@@ -202,7 +267,9 @@ class KVRouter(RequestRouter):
         """Count the request against the replica; remember the prefix it is now computing
         (its engine will hold it)."""
         rid = getattr(pending_request.metadata, "internal_request_id", None)
-        self._load.routed(id(pending_request), str(replica_id), str(rid or id(pending_request)))
+        self._load.routed(
+            id(pending_request), str(replica_id), str(rid or id(pending_request)), time.monotonic()
+        )
         hashes = self._pending.pop(id(pending_request), None)
         if not hashes:
             return
@@ -231,13 +298,17 @@ class KVRouter(RequestRouter):
     # ---- internals ---------------------------------------------------------------------------
 
     def _candidate(self, r: RunningReplica, now: float) -> Candidate:
+        key = str(r.replica_id)
         cached = self.replica_queue_len_cache.get(r.replica_id)
         stats = r.routing_stats or {}
+        work, planned = self._load.work_ahead(key, now)
         return Candidate(
-            key=str(r.replica_id),
+            key=key,
             node_id=str(stats.get("node_id") or r.node_id),
-            queue_len=self._load.queue_len(str(r.replica_id), int(cached or 0), now),
-            recent=frozenset(self._recent.get(str(r.replica_id), ())),
+            queue_len=self._load.queue_len(key, int(cached or 0), now),
+            planned=planned,
+            work_ahead_s=work,
+            recent=frozenset(self._recent.get(key, ())),
         )
 
     async def _view(self, request: Any) -> RequestView | None:

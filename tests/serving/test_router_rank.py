@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from ray_kvmoq.connector.figures import Figures, FiguresSnapshot
 from ray_kvmoq.serving.costmodel import Candidate, NodeFigures, RequestView, plan
 from ray_kvmoq.serving.router import ReplicaLoad, rank
@@ -80,7 +82,12 @@ def test_nothing_cached_anywhere_is_power_of_two_choices_on_queue_length() -> No
     busy = Candidate(key="rA", node_id="A", queue_len=5)
     for seed in range(10):
         order, outcome, best = rank(_req([]), [busy, B], _figures(1e-3, 1e-8), random.Random(seed))
-        assert outcome == "pow2" and best is None and order == ["rB", "rA"]
+        assert outcome == "pow2" and order == ["rB", "rA"]
+        assert best is not None and best.key == "rB" and best.recompute_tokens == 8 * C + 40
+    for seed in range(10):  # without figures: the shorter queue
+        order, outcome, best = rank(_req([]), [busy, B], FiguresSnapshot(), random.Random(seed))
+        assert outcome == "pow2" and order == ["rB", "rA"] and best is not None
+        assert best.cost_s is None
 
 
 def test_without_measured_figures_the_longest_local_prefix_wins() -> None:
@@ -113,26 +120,101 @@ def test_a_bad_measurement_never_poisons_the_figures() -> None:
     assert f.snapshot().get("prefill_s_per_token", "unmeasured-node") == 1e-3  # the median
 
 
-def _ranked_burst(n: int, load: ReplicaLoad, now: float) -> list[str]:
-    """``n`` requests for one prefix held on A, ranked in one instant (Serve's concurrent routing
-    tasks), each claiming its first choice as the router does."""
+def _ranked_burst(n: int, load: ReplicaLoad, now: float, suffix: int) -> list[str]:
+    """``n`` requests for one 8-chunk prefix held on A plus ``suffix`` tokens of their own,
+    ranked in one instant (Serve's concurrent routing tasks), each claiming its first choice with
+    its planned work, as the router does."""
     firsts = []
     for token in range(n):
-        cands = [
-            Candidate(key=c.key, node_id=c.node_id, queue_len=load.queue_len(c.key, 0, now))
-            for c in (A, B)
-        ]
-        order, outcome, _ = rank(_req([{"A"}] * 8), cands, _figures(1e-3, 1e-8), random.Random(0))
-        assert outcome == "cost"
-        load.claim(token, order[0], now)
+        cands = []
+        for c in (A, B):
+            work, planned = load.work_ahead(c.key, now)
+            cands.append(
+                Candidate(
+                    key=c.key,
+                    node_id=c.node_id,
+                    queue_len=load.queue_len(c.key, 0, now),
+                    planned=planned,
+                    work_ahead_s=work,
+                )
+            )
+        req = _req([{"A"}] * 8, prompt=8 * C + suffix)
+        order, outcome, best = rank(req, cands, _figures(1e-3, 1e-8), random.Random(0))
+        assert outcome == "cost" and best is not None and best.work_s is not None
+        load.claim(token, order[0], now, best.work_s)
         firsts.append(order[0])
     return firsts
 
 
 def test_a_burst_ranked_in_one_instant_is_spread_by_claims_not_piled_on_the_holder() -> None:
-    firsts = _ranked_burst(6, ReplicaLoad(), now=100.0)
-    assert firsts[0] == "rA" and "rB" in firsts[1:3], firsts
-    assert 2 <= firsts.count("rA") <= 4, firsts  # pulling to B is cheaper than queueing on A
+    # each request computes 512 tokens of its own: 0.51 s on A, 0.75 s on B (which pulls the
+    # prefix first), so the two fill up alternately with A a little ahead
+    firsts = _ranked_burst(6, ReplicaLoad(), now=100.0, suffix=512)
+    assert firsts == ["rA", "rB", "rA", "rB", "rA", "rA"], firsts
+
+
+def test_a_burst_of_cache_hits_stays_on_the_holder_while_its_work_is_smaller_than_a_pull() -> None:
+    # each request computes 40 tokens (0.04 s) and reads the prefix from A's relay (~0.0 s):
+    # six of them ahead (0.24 s) are as dear as one pull to B
+    firsts = _ranked_burst(8, ReplicaLoad(), now=100.0, suffix=40)
+    assert firsts[:5] == ["rA"] * 5 and "rB" in firsts[5:], firsts
+
+
+def test_a_replica_busy_with_cache_hits_keeps_its_prefix_and_one_computing_a_cold_prefix_does_not() -> (
+    None
+):
+    """The queue is priced by the work in it, not by its length: three cache hits ahead (0.2 s
+    of planned work) cost less than pulling the prefix to an idle replica; one cold 1,064-token
+    prefill ahead (1.06 s) costs more."""
+    warm = frozenset(f"h{k}" for k in range(8))
+    req, fig = _req([{"A"}] * 8), _figures(1e-3, 1e-8)
+    hits = Candidate(key="rA", node_id="A", queue_len=3, planned=3, work_ahead_s=0.2, recent=warm)
+    order, outcome, best = rank(req, [B, hits], fig, random.Random(0))
+    assert outcome == "cost" and order[0] == "rA" and best is not None
+    assert best.engine_chunks == 8 and best.recompute_tokens == 40
+    cold = Candidate(key="rA", node_id="A", queue_len=1, planned=1, work_ahead_s=1.064, recent=warm)
+    order, _, best = rank(req, [cold, B], fig, random.Random(0))
+    assert order[0] == "rB" and best is not None and best.remote_chunks == 8
+
+
+def test_requests_this_router_did_not_plan_are_priced_as_a_full_recompute_each() -> None:
+    req, nf = (
+        _req([]),
+        NodeFigures(prefill_s_per_token=1e-3, pull_s_per_byte=None, local_s_per_byte=None),
+    )
+    mixed = Candidate(key="rA", node_id="A", queue_len=3, planned=1, work_ahead_s=0.5)
+    p = plan(req, mixed, nf)
+    assert p.work_s is not None and p.cost_s is not None
+    assert abs(p.work_s - 1.064) < 1e-9
+    assert abs(p.cost_s - (1.064 + 0.5 + 2 * 1.064)) < 1e-9
+
+
+def test_work_ahead_drains_with_time_and_leaves_with_a_completed_request() -> None:
+    load = ReplicaLoad(ttl_s=5.0)
+    load.claim(1, "rA", now=0.0, work_s=2.0)
+    load.claim(2, "rA", now=0.0, work_s=1.0)
+    assert load.work_ahead("rA", now=0.0) == (3.0, 2)
+    assert load.work_ahead("rA", now=1.0) == (2.0, 2)  # one second of it ran
+    load.routed(1, "rA", "req-1", now=1.0)
+    load.routed(2, "rA", "req-2", now=1.0)
+    load.completed("rA", "req-1")  # its 2 s leave with it: 1 s is left at most
+    assert load.work_ahead("rA", now=1.0) == (1.0, 1)
+    assert load.work_ahead("rA", now=9.0) == (0.0, 1)  # drained, still in flight
+    load.claim(3, "rA", now=10.0, work_s=0.5)  # work starts from now, not from the past
+    load.routed(3, "rB", "req-3", now=10.0)  # claimed for A, accepted by B: B's work now
+    assert load.work_ahead("rB", now=10.0) == (0.5, 1)
+    assert load.work_ahead("rA", now=10.0) == (0.0, 1)
+    load.sent("rA")  # nothing unsent left on A: a no-op
+    assert load.queue_len("rA", 0, now=10.0) == 1
+
+
+def test_a_sent_request_keeps_its_work_until_routed_or_until_serve_never_says_so() -> None:
+    load = ReplicaLoad(ttl_s=5.0, sent_ttl_s=60.0)
+    load.claim(1, "rA", now=0.0, work_s=30.0)
+    load.sent("rA")
+    assert load.queue_len("rA", 1, now=10.0) == 1  # Serve counts it, not as a claimed slot
+    assert load.work_ahead("rA", now=10.0) == (20.0, 1)  # past the slot TTL, its work remains
+    assert load.work_ahead("rA", now=61.0) == (0.0, 0)  # never routed: gone after sent_ttl_s
 
 
 def test_a_claim_ends_when_sent_when_routed_elsewhere_or_when_it_expires() -> None:
@@ -143,13 +225,35 @@ def test_a_claim_ends_when_sent_when_routed_elsewhere_or_when_it_expires() -> No
     assert load.queue_len("rA", 0, now=0.0) == 2 and load.queue_len("rB", 0, now=0.0) == 1
     load.sent("rA")  # now in Serve's queue-length cache (reported=1), no longer a claim
     assert load.queue_len("rA", 1, now=0.0) == 2
-    load.routed(2, "rB", "req-2")  # claimed for A, accepted by B
+    load.routed(2, "rB", "req-2", now=0.0)  # claimed for A, accepted by B
     assert load.queue_len("rA", 1, now=0.0) == 1 and load.queue_len("rB", 0, now=0.0) == 2
     load.claim(3, "rA", now=1.0)  # re-ranked after a fall-through: one claim per request
     assert load.queue_len("rB", 0, now=1.0) == 1 and load.queue_len("rA", 0, now=1.0) == 1
     assert load.queue_len("rA", 0, now=6.5) == 0  # never sent: expired
     load.completed("rB", "req-2")
     assert load.queue_len("rB", 0, now=6.5) == 0
-    load.routed(4, "rA", "req-4")
+    load.routed(4, "rA", "req-4", now=6.5)
     load.forget("rA")
     assert load.queue_len("rA", 0, now=7.0) == 0
+
+
+def test_a_holder_whose_decode_batch_outweighs_a_pull_loses_the_next_request() -> None:
+    """Every running request adds its decode token to each step: with 20 sequences at 20 ms a
+    sequence, the holder's next first token is 0.6 s away (1.5 steps), more than pulling the
+    prefix to an idle replica (0.24 s); with 4 running (0.12 s) the holder keeps it."""
+    warm = frozenset(f"h{k}" for k in range(8))
+    f = Figures()
+    for node in ("A", "B"):
+        f.report("prefill_s_per_token", node, 1e-3)
+        f.report("pull_s_per_byte", node, 1e-8)
+        f.report("local_s_per_byte", node, 1e-11)
+        f.report("decode_s_per_token", node, 0.02)
+    fig, req = f.snapshot(), _req([{"A"}] * 8)
+    big = Candidate(key="rA", node_id="A", queue_len=20, planned=20, recent=warm)
+    order, _, best = rank(req, [big, B], fig, random.Random(0))
+    assert order[0] == "rB" and best is not None and best.remote_chunks == 8
+    assert best.cost_s == pytest.approx(best.work_s)  # B runs nothing: no batch to share
+    small = Candidate(key="rA", node_id="A", queue_len=4, planned=4, recent=warm)
+    order, _, best = rank(req, [small, B], fig, random.Random(0))
+    assert order[0] == "rA" and best is not None and best.cost_s is not None
+    assert best.cost_s == pytest.approx(40 * 1e-3 + 1.5 * 4 * 0.02)
