@@ -168,26 +168,32 @@ def test_a_prefix_computed_on_one_node_is_pulled_over_moqt_by_a_replica_on_anoth
     app: str,
 ) -> None:
     """One request computes a long prefix on whichever replica gets it; a burst of requests
-    sharing it then keeps that replica busy, so the router sends some to the other replica,
-    whose node relay pulls the prefix over MoQT (its upstream bytes and its engine's connector
-    counters show it) instead of recomputing."""
+    sharing it, each with a long question of its own (real prefill work), then keeps that
+    replica busy, so the router — pricing each queue by the work in it — sends some to the other
+    replica, whose node relay pulls the prefix over MoQT (its upstream bytes and its engine's
+    connector counters show it) instead of recomputing."""
     c = _client(app)
-    system = _system(900)
+    words = load_text().split()
+    system = " ".join(words[:900])
     salt = uuid.uuid4().hex
 
     def ask(i: int) -> Any:
+        own = " ".join(words[900 + 400 * i : 900 + 400 * (i + 1)])  # ~500 tokens of its own
         return c.chat.completions.create(
             model=MODEL,
-            messages=[{"role": "system", "content": system}, {"role": "user", "content": f"Q{i}?"}],
+            messages=[
+                {"role": "system", "content": system},
+                {"role": "user", "content": f"{own}\nQ{i}?"},
+            ],
             temperature=0,
-            max_tokens=48,
+            max_tokens=16,
             extra_body={"cache_salt": salt, "ignore_eos": True},
         )
 
     ask(0)
     before_c, before_r = _board()
-    with ThreadPoolExecutor(6) as pool:
-        answers = list(pool.map(ask, range(1, 7)))
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(ask, range(1, 9)))
     import time
 
     time.sleep(3)  # connector counters reach the board every 2 s
