@@ -204,6 +204,9 @@ class ReplicaLoad:
 
 @dataclass(kw_only=True)
 class _Claim:
+    """A ranked request's first choice, when it was ranked, its planned work, and whether Serve
+    has sent it there (then Serve's queue-length cache counts it, not the claim)."""
+
     replica: str
     at: float
     work_s: float
