@@ -121,13 +121,14 @@ def _question_one_past_a_chunk(base: str, words: int = 600) -> str:
     raise AssertionError("no question length gave a prompt one past a chunk")
 
 
-def _references(question: str, max_tokens: int, words: int = 600) -> set[str]:
+def _references(question: str, max_tokens: int, words: int = 600) -> tuple[str, str]:
     """The prefill engine's own greedy answers both ways decode may compute a prompt that is one
-    past a chunk: in full (it fell back to recompute) and its last token only (it loaded the
-    rest). They are equal where the CPU's bf16 kernels round both alike (README, known issue)."""
+    past a chunk: in full (it fell back to recompute), then from its own prefix cache, which
+    holds all but the last token (it loaded the rest). They are equal where the CPU's bf16
+    kernels round both alike (README, known issue)."""
     salt = uuid.uuid4().hex
     full = _prefill_alone(question, max_tokens, words, salt=salt)
-    return {full, _prefill_alone(question, max_tokens, words, salt=salt)}
+    return full, _prefill_alone(question, max_tokens, words, salt=salt)
 
 
 def test_decode_answers_from_kv_pulled_over_moqt_from_the_prefill_node(pd_app: str) -> None:
@@ -137,9 +138,7 @@ def test_decode_answers_from_kv_pulled_over_moqt_from_the_prefill_node(pd_app: s
     answer on any CPU. (Against a full recompute, greedy answers may part after some tokens on
     CPUs whose bf16 kernels round a one-token step differently: README, known issue.)"""
     q = _question_one_past_a_chunk("Who is Mr. Bingley?")
-    salt = uuid.uuid4().hex
-    _prefill_alone(q, 1, salt=salt)  # the prefill engine's own cache now holds the prompt
-    ref = _prefill_alone(q, 24, salt=salt)  # computes the last prompt token, as decode will
+    _, ref = _references(q, 24)  # the prefix-cache answer computes the last token, as decode will
     node = _decode_node()
     before_c, before_r = _board()
     r = _client(pd_app).chat.completions.create(
@@ -222,7 +221,7 @@ def test_losing_the_prefill_replica_mid_request_still_ends_with_the_answer(pd_ap
     import ray
 
     q = _question_one_past_a_chunk("What does Mrs. Bennet want?")
-    refs = _references(q, 16)
+    refs = set(_references(q, 16))
     node = _decode_node()
     before_c, _ = _board()
     before_pd = _pd_stats()
@@ -278,7 +277,7 @@ def test_losing_the_prefill_node_mid_request_still_answers_and_decode_stops_wait
 
     words = 1500  # ~2000 tokens: seconds of prefill
     q = _question_one_past_a_chunk("Why does Mr. Darcy refuse to dance?", words)
-    refs = _references(q, 16, words)
+    refs = set(_references(q, 16, words))
     victim_node = next(
         n["NodeID"] for n in ray.nodes() if n["NodeManagerAddress"] == "127.0.0.4" and n["Alive"]
     )
