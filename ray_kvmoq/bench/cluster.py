@@ -4,6 +4,13 @@ Both nodes share the machine's cores; the second node has its own IP, raylet and
 so bytes between them really cross a node boundary (over loopback). Each node has one
 ``engine_slot`` resource, so an LLM deployment asking for it gets one replica per node. Everything it starts is
 stopped by ``cluster.shutdown()`` — never ``ray stop``, which would kill other users' Ray.
+
+Two real nodes would each bring their own cores; two nodes on one machine share them. vLLM's CPU
+backend binds its OpenMP threads itself (``VLLM_CPU_OMP_THREADS_BIND=auto``) and, knowing nothing
+of the other node, every engine on this machine picks the same cores: on 2 cores, both engines
+of a 2-replica app bind to core 0 and the second core serves neither. With ``split_cores`` each
+node's processes get ``VLLM_CPU_OMP_THREADS_BIND`` for their own half of the machine's cores
+(:func:`core_halves`), as two real nodes would have.
 """
 
 from __future__ import annotations
@@ -15,7 +22,36 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["stdout_to_stderr", "two_node_cluster"]
+__all__ = ["BIND_ENV", "core_halves", "stdout_to_stderr", "two_node_cluster"]
+
+BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
+
+
+def core_halves(cpus: list[int]) -> tuple[str, str] | None:
+    """The two nodes' core lists in ``VLLM_CPU_OMP_THREADS_BIND``'s form (``"0,1"``), the first
+    half of ``cpus`` for the head and the second for the other node; None under 2 cores."""
+    cpus = sorted(cpus)
+    if len(cpus) < 2:
+        return None
+    half = len(cpus) // 2
+    return ",".join(map(str, cpus[:half])), ",".join(map(str, cpus[half:]))
+
+
+@contextmanager
+def _env(name: str, value: str | None) -> Iterator[None]:
+    """``os.environ[name] = value`` while the block runs (processes started then inherit it)."""
+    if value is None:
+        yield
+        return
+    saved = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = saved
 
 
 @contextmanager
@@ -38,19 +74,27 @@ def stdout_to_stderr() -> Iterator[None]:
 
 @contextmanager
 def two_node_cluster(
-    *, store_bytes: int, num_cpus: int = 4, namespace: str | None = None
+    *, store_bytes: int, num_cpus: int = 4, namespace: str | None = None, split_cores: bool = False
 ) -> Iterator[tuple[str, str]]:
     """Start the cluster and connect this process; yields (head node id, 127.0.0.2's node id).
 
-    While it runs, fd 1 points at stderr (:func:`stdout_to_stderr`): print results after it."""
+    ``split_cores``: each node's vLLM engines bind to their own half of this process's cores
+    (see the module docstring), unless ``$VLLM_CPU_OMP_THREADS_BIND`` is set already; the
+    raylets pass their environment on to every worker they start. While it runs, fd 1 points
+    at stderr (:func:`stdout_to_stderr`): print results after it."""
     import ray
     from ray.cluster_utils import Cluster
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.makedirs("/tmp/ray", exist_ok=True)  # Cluster.add_node writes its address file there
-    print("starting a 2-node Ray cluster (head + 127.0.0.2)", file=sys.stderr, flush=True)
-    with stdout_to_stderr():
+    halves = core_halves(sorted(os.sched_getaffinity(0))) if split_cores else None
+    if BIND_ENV in os.environ:
+        halves = None  # the user's own binding wins
+    head_cores, other_cores = halves or (None, None)
+    where = f"; engines on cores {head_cores} / {other_cores}" if halves else ""
+    print(f"starting a 2-node Ray cluster (head + 127.0.0.2){where}", file=sys.stderr, flush=True)
+    with stdout_to_stderr(), _env(BIND_ENV, head_cores):
         cluster: Any = Cluster(
             initialize_head=True,
             head_node_args=dict(
@@ -62,12 +106,13 @@ def two_node_cluster(
             ),
         )
         try:
-            cluster.add_node(
-                num_cpus=num_cpus,
-                node_ip_address="127.0.0.2",
-                object_store_memory=store_bytes,
-                resources={"engine_slot": 1},
-            )
+            with _env(BIND_ENV, other_cores):
+                cluster.add_node(
+                    num_cpus=num_cpus,
+                    node_ip_address="127.0.0.2",
+                    object_store_memory=store_bytes,
+                    resources={"engine_slot": 1},
+                )
             cluster.wait_for_nodes()
             ray.init(address=cluster.address, namespace=namespace, log_to_driver=False)
             nodes = {n["NodeManagerAddress"]: n["NodeID"] for n in ray.nodes() if n["Alive"]}

@@ -12,10 +12,11 @@ repetition: a b c, c b a, ...):
 * **b** — ours: the same engines with the MoQT KV connector, the KV router, our ingress;
 * **c** — ours with KV reuse off (no prefix cache, connector neither loads nor publishes);
 
-each at 1 and 2 replicas (one per node). Per row: TTFT mean/p50/p99, TPOT mean, requests/s and
-failed requests from the client's result file, and reused prompt tokens from vLLM's own counters
-(``vllm:prefix_cache_hits`` + ``vllm:external_prefix_cache_hits``, scraped from every node's Ray
-metrics endpoint). Ratios are to row **a** with the same replica count. A PNG plot goes to
+each at 1 and 2 replicas (one per node; each node's engines bind to their own half of the
+machine's cores, as on two real nodes, unless ``--engine-cores shared``). Per row: TTFT
+mean/p50/p99, TPOT mean, requests/s and failed requests from the client's result file, and
+reused prompt tokens from vLLM's own counters (``vllm:prefix_cache_hits`` +
+``vllm:external_prefix_cache_hits``, scraped from every node's Ray metrics endpoint). Ratios are to row **a** with the same replica count. A PNG plot goes to
 ``--out``. ``--json`` prints one object keyed by row (``prefix:a-1``, ``random:b-2``...: dataset, row,
 replicas).
 """
@@ -235,7 +236,7 @@ def ratios(rows: dict[str, dict[str, Any]]) -> dict[str, dict[str, float | None]
 def run_bench(
     *, rows: list[str], replicas: list[int], datasets: list[str], num_prompts: int, rate: float,
     prefix_len: int, suffix_len: int, num_prefixes: int, output_len: int, datagram: int,
-    repeat: int = 1, kv_cache_mb: int = 1024,
+    repeat: int = 1, kv_cache_mb: int = 1024, split_cores: bool = True,
 ) -> dict[str, Any]:  # fmt: skip
     """Run every (row, replicas, repetition), each on a fresh cluster; see the module docstring."""
     from ray import serve
@@ -255,6 +256,7 @@ def run_bench(
         "datasets": datasets, "num_prompts": num_prompts, "request_rate": rate,
         "prefix_len": prefix_len, "suffix_len": suffix_len, "num_prefixes": num_prefixes,
         "output_len": output_len, "relay_datagram_size": datagram, "kv_cache_mb": kv_cache_mb,
+        "engine_cores": "split" if split_cores else "shared",
     }}  # fmt: skip
     runs: dict[str, list[dict[str, Any]]] = {}
     for dataset, n, rep, row in run_order(rows, replicas, datasets, repeat):
@@ -265,7 +267,7 @@ def run_bench(
             # come out slower (the same stock row: 1.28x TTFT, 1.44x TPOT run again in one
             # cluster; 1.22x, 1.48x in a fresh one 22 min later): run_order's alternation
             # spreads that drift over every row
-            with two_node_cluster(store_bytes=1 << 30, num_cpus=4):
+            with two_node_cluster(store_bytes=1 << 30, num_cpus=4, split_cores=split_cores):
                 port = _free_port()
                 serve.start(http_options={"host": "127.0.0.1", "port": port})
                 try:
@@ -443,11 +445,20 @@ def _csv(kind: type, value: str) -> list[Any]:
     show_default=True,
     help="Where to write the plot.",
 )
+@click.option(
+    "--engine-cores",
+    type=click.Choice(["split", "shared"]),
+    default="split",
+    show_default=True,
+    help="split: each node's engines bind to their own half of this machine's cores, as on two "
+    "real nodes; shared: vLLM's own binding, which puts every engine on the same cores "
+    "($VLLM_CPU_OMP_THREADS_BIND, if set, overrides both).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object keyed by row.")
 def serve(
     rows: str, replicas: str, datasets: str, num_prompts: int, rate: float, prefix_len: int,
     suffix_len: int, num_prefixes: int, output_len: int, datagram: int, kv_cache_mb: int,
-    repeat: int, out: Path, as_json: bool,
+    repeat: int, out: Path, engine_cores: str, as_json: bool,
 ) -> None:  # fmt: skip
     """Stock Ray Serve LLM vs ours vs ours without reuse, with vLLM's benchmark client, on a
     private 2-node Ray cluster (CPU: tens of minutes)."""
@@ -469,6 +480,7 @@ def serve(
         rows=picked, replicas=counts, datasets=sets, num_prompts=num_prompts,
         rate=rate, prefix_len=prefix_len, suffix_len=suffix_len, num_prefixes=num_prefixes,
         output_len=output_len, datagram=datagram, repeat=repeat, kv_cache_mb=kv_cache_mb,
+        split_cores=engine_cores == "split",
     )  # fmt: skip
     if res["rows"]:
         plot(res, out)

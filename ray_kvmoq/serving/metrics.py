@@ -22,6 +22,7 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 """The ``Content-Type`` of :meth:`ServingMetrics.render`."""
 
 _COST_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
+_DECISION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 
 class ServingMetrics:
@@ -36,6 +37,12 @@ class ServingMetrics:
         self.router_cost = Histogram(
             "kvmoq_router_chosen_cost_seconds", "Estimated time to first token of the choice.",
             ["deployment"], buckets=_COST_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.router_decision_seconds = Histogram(
+            "kvmoq_router_decision_seconds",
+            "Time the KV router took to rank the replicas for one request (tokenizing, the KV "
+            "directory lookup, the cost model): what routing adds to time to first token.",
+            ["deployment"], buckets=_DECISION_BUCKETS, registry=r,
         )  # fmt: skip
 
     def render(self) -> bytes:

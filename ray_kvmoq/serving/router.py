@@ -16,9 +16,10 @@ it (:mod:`.costmodel`), then ranks the candidates cheapest first:
 Outcomes, counted in ``kvmoq_router_decisions_total{outcome}``: ``cost`` (figures known: the
 cheapest plan wins — a pull is only planned where it beats recompute), ``affinity`` (KV known but
 no figures yet: the replica that holds the longest prefix, shorter queue first), ``pow2`` (no KV
-anywhere: two random replicas, less work ahead first). Every candidate appears in the ranking
-exactly once, so Serve falls through when the best one is full. Lookups are bounded (a slow
-directory means routing without KV information, never a stuck request).
+anywhere: two random replicas, less work ahead first). The time each ranking took is in
+``kvmoq_router_decision_seconds``. Every candidate appears in the ranking exactly once, so Serve
+falls through when the best one is full. Lookups are bounded (a slow directory means routing
+without KV information, never a stuck request).
 
 ``request_router_kwargs``: ``kv_model``, ``model_dir``, ``chunk_size``, ``bytes_per_token``,
 ``codec``, ``tenant_salt``, ``deployment`` (metrics label), ``ray_namespace``.
@@ -242,6 +243,7 @@ class KVRouter(RequestRouter):
         """Ranks of candidates, cheapest first (one replica per rank)."""
         if not candidate_replicas:
             return []
+        started = time.perf_counter()
         by_key = {str(r.replica_id): r for r in candidate_replicas}
         request = _openai_request(pending_request)
         view = await self._view(request) if request is not None else None
@@ -261,6 +263,7 @@ class KVRouter(RequestRouter):
         m.router_decisions.labels(self._label, "kv", outcome).inc()
         if best is not None and best.cost_s is not None:
             m.router_cost.labels(self._label).observe(best.cost_s)
+        m.router_decision_seconds.labels(self._label).observe(time.perf_counter() - started)
         return [[by_key[k]] for k in order]
 
     def on_request_routed(

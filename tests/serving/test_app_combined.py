@@ -284,6 +284,39 @@ def test_a_short_soak_keeps_every_relay_in_budget_and_total_memory_flat_after_wa
     assert g["store_growth"] is None or g["store_growth"] < 0.10, json.dumps(g)
 
 
+def _router_metrics(base: str) -> dict[str, float]:
+    """The ingress's ``/metrics``: KV router decisions and decision-time samples, summed."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    r = httpx.get(f"{base}/metrics", timeout=30)
+    assert r.status_code == 200, r.text
+    out = {"decisions": 0.0, "timed": 0.0, "seconds": 0.0}
+    for fam in text_string_to_metric_families(r.text):
+        for s in fam.samples:
+            if s.name == "kvmoq_router_decisions_total":
+                out["decisions"] += s.value
+            elif s.name == "kvmoq_router_decision_seconds_count":
+                out["timed"] += s.value
+            elif s.name == "kvmoq_router_decision_seconds_sum":
+                out["seconds"] += s.value
+    return out
+
+
+def test_metrics_count_each_router_decision_and_time_it(app: str) -> None:
+    """``GET /metrics`` on the ingress: every request the KV router ranks is counted once by
+    outcome and once in the decision-time histogram, with a positive time."""
+    before = _router_metrics(app)
+    c = _client(app)
+    for i in range(3):
+        c.completions.create(model=MODEL, prompt=f"{_system(200)} {i}", max_tokens=2)
+    after = _router_metrics(app)
+    decided = after["decisions"] - before["decisions"]
+    assert decided >= 3, (before, after)
+    assert after["timed"] - before["timed"] == decided, (before, after)
+    assert after["seconds"] > before["seconds"], (before, after)
+
+
 def test_responses_and_headers_name_no_ray_node_and_no_kv_location(app: str) -> None:
     """What a client gets back — body and headers, streamed or not — names no Ray node id or
     node IP of the cluster and no KV track location (``kv_transfer_params``)."""
