@@ -16,9 +16,11 @@ each at 1 and 2 replicas (one per node; each node's engines bind to their own ha
 machine's cores, as on two real nodes, unless ``--engine-cores shared``). Per row: TTFT
 mean/p50/p99, TPOT mean, requests/s and failed requests from the client's result file, and
 reused prompt tokens from vLLM's own counters (``vllm:prefix_cache_hits`` +
-``vllm:external_prefix_cache_hits``, scraped from every node's Ray metrics endpoint). Ratios are to row **a** with the same replica count. A PNG plot goes to
-``--out``. ``--json`` prints one object keyed by row (``prefix:a-1``, ``random:b-2``...: dataset, row,
-replicas).
+``vllm:external_prefix_cache_hits``, scraped from every node's Ray metrics endpoint), and the
+prompt tokens each node computed. Rows b and c also carry the figures the KV router priced
+with at the end (by node) and its decisions (by outcome, mean time per decision). Ratios are to
+row **a** with the same replica count. A PNG plot goes to ``--out``. ``--json`` prints one
+object keyed by row (``prefix:a-1``, ``random:b-2``...: dataset, row, replicas).
 """
 
 from __future__ import annotations
@@ -194,6 +196,51 @@ def _drive(args: list[str], result_dir: str, timeout_s: float) -> dict[str, Any]
     return dict(json.loads(path.read_text()))
 
 
+def _our_state(base: str) -> dict[str, Any]:
+    """Rows b and c: the figures the KV router priced with at the end of the run (figures
+    board, by node IP) and its decisions (the ingress's ``/metrics``): by outcome, and the mean
+    time one took. Empty for stock, which has neither."""
+    import httpx
+    import ray
+
+    from ray_kvmoq.connector.figures import FIGURES_NAME
+
+    try:
+        board = ray.get_actor(FIGURES_NAME, namespace="kvmoq")
+        snap = ray.get(board.snapshot.remote(), timeout=30)
+        text = httpx.get(f"{base}/metrics", timeout=30).text
+    except (ValueError, ray.exceptions.RayError, httpx.HTTPError):
+        return {}
+    ip = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
+    figures = {
+        kind: {ip.get(node, node): v for node, v in sorted(per_node.items())}
+        for kind, per_node in snap.get("values", {}).items()
+        if per_node
+    }
+    return {"figures": figures, "router": router_summary(text)}
+
+
+def router_summary(metrics_text: str) -> dict[str, Any]:
+    """The KV router's decisions by outcome and the mean milliseconds one took, from the
+    ingress's Prometheus text (``kvmoq_router_decisions_total``,
+    ``kvmoq_router_decision_seconds``)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    outcomes: dict[str, int] = {}
+    seconds = decisions = 0.0
+    for fam in text_string_to_metric_families(metrics_text):
+        for smp in fam.samples:
+            if smp.name == "kvmoq_router_decisions_total":
+                out = smp.labels.get("outcome", "?")
+                outcomes[out] = outcomes.get(out, 0) + int(smp.value)
+            elif smp.name == "kvmoq_router_decision_seconds_sum":
+                seconds += smp.value
+            elif smp.name == "kvmoq_router_decision_seconds_count":
+                decisions += smp.value
+    mean_ms = round(1000 * seconds / decisions, 3) if decisions else None
+    return {"outcomes": outcomes, "decision_mean_ms": mean_ms}
+
+
 def summarize(
     raw: dict[str, Any], before: dict[str, float], after: dict[str, float]
 ) -> dict[str, Any]:
@@ -317,7 +364,7 @@ def _one_row(app: Any, base: str, key: str, workload: dict[str, Any]) -> dict[st
             _log(f"[{key}] driving it with vllm bench serve ({workload['dataset']})")
             raw = _drive(client_args(base=base, result_dir=rd, **workload), rd, timeout_s=1800)
         time.sleep(6)  # metrics reach Ray's exporter every few seconds
-        return summarize(raw, before, _scrape())
+        return {**summarize(raw, before, _scrape()), **_our_state(base)}
     finally:
         serve.delete(_APP)
 

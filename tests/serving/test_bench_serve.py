@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
-from ray_kvmoq.bench.serve import client_args, median_row, ratios, run_order, summarize, table
+from ray_kvmoq.bench.serve import (
+    client_args,
+    median_row,
+    ratios,
+    router_summary,
+    run_order,
+    summarize,
+    table,
+)
 from ray_kvmoq.cli import main
 
 
@@ -77,3 +85,17 @@ def test_a_zero_rate_a_third_replica_or_more_prefixes_than_prompts_are_refused_u
     assert (
         res.exit_code != 0 and "--num-prefixes (16) must not exceed --num-prompts (8)" in res.output
     )
+
+
+def test_router_summary_counts_decisions_by_outcome_and_their_mean_time() -> None:
+    from ray_kvmoq.serving.metrics import ServingMetrics
+
+    m = ServingMetrics()
+    for outcome, n in (("cost", 3), ("pow2", 1)):
+        for _ in range(n):
+            m.router_decisions.labels("llm", "kv", outcome).inc()
+    for s in (0.002, 0.004, 0.003, 0.003):
+        m.router_decision_seconds.labels("llm").observe(s)
+    got = router_summary(m.render().decode())
+    assert got == {"outcomes": {"cost": 3, "pow2": 1}, "decision_mean_ms": 3.0}
+    assert router_summary("") == {"outcomes": {}, "decision_mean_ms": None}
