@@ -1,4 +1,4 @@
-"""The router's cost model: estimated seconds to first token of a request on a candidate replica.
+"""The router's cost model: estimated seconds until a request on a candidate replica is done.
 
 For a candidate on node ``n``, the prompt's leading chunks fall into four kinds, in order:
 
@@ -17,10 +17,14 @@ this router did not plan (another router sent them), ``the request's own recompu
 a conservative proxy. Requests that hit an engine's cache are nearly free and count so: a
 replica full of cache hits is not "busy", and one computing a long cold prefix is.
 
-Every request on the replica also adds its decode token to each engine step:
-``1.5 × queue_len × decode_s_per_token`` (half a step, on average, waiting for the step under way,
-and the step the new request's prefill shares with them). That keeps the cheapest replica from
-collecting every request of a hot prefix while its batch grows.
+Every request on the replica also adds its decode token to each engine step, and the new
+request sits through those steps: 1.5 of them before its first token (half the step under way,
+on average, and the step its prefill shares with them), then one per token it generates after
+the first. So the decode batch costs ``(1.5 + max_tokens - 1) × queue_len × decode_s_per_token``.
+Pricing the whole request, not only its first token, is what makes the router spread a hot
+prefix: a pull is paid once, while a bigger batch slows every token of the request (and, on a
+saturated engine, every request's throughput). Pricing only the first token, one of two nodes
+computed 58–64 % of a 2-prefix workload's prompt tokens (docs/benchmarks.md).
 
 All figures are measured on the running cluster (``ray_kvmoq.connector.figures``): nothing
 here is a constant. With no figures yet, :func:`plan` returns ``cost_s=None`` and the router
@@ -49,6 +53,8 @@ class RequestView:
     """Per leading chunk, the nodes whose relays hold it (the directory's longest prefix)."""
     hashes: Sequence[str] = ()
     """The prompt's short chunk hashes (for engine-cache affinity)."""
+    max_tokens: int = 1
+    """Tokens it may generate (its ``max_tokens``): the decode steps it will share."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,7 +103,8 @@ class Plan:
     """Estimated seconds of the request's own prefill work: recompute plus loads (None: figures
     missing)."""
     cost_s: float | None
-    """Estimated seconds to first token: ``work_s`` plus the work ahead (None: figures missing)."""
+    """Estimated seconds to its last token: ``work_s``, the work ahead and the decode steps it
+    shares with the batch (None: figures missing)."""
 
     @property
     def reused_chunks(self) -> int:
@@ -107,7 +114,8 @@ class Plan:
 
 _STEPS_SHARED = 1.5
 """Decode steps of the running requests a new request sits through before its first token: half
-the step under way, on average, and the one its prefill shares with them."""
+the step under way, on average, and the one its prefill shares with them. Each token after the
+first adds one more."""
 
 
 def _leading(flags: Sequence[bool]) -> int:
@@ -142,7 +150,8 @@ def plan(req: RequestView, cand: Candidate, fig: NodeFigures) -> Plan:
             + remote * chunk_bytes * (pull or 0.0)
         )
         unplanned = max(0, cand.queue_len - cand.planned)
-        batch = _STEPS_SHARED * cand.queue_len * (fig.decode_s_per_token or 0.0)
+        steps = _STEPS_SHARED + max(0, req.max_tokens - 1)
+        batch = steps * cand.queue_len * (fig.decode_s_per_token or 0.0)
         cost = work + cand.work_ahead_s + unplanned * req.prompt_tokens * prefill + batch
     return Plan(
         key=cand.key,

@@ -35,7 +35,8 @@ class ServingMetrics:
             ["deployment", "policy", "outcome"], registry=r,
         )  # fmt: skip
         self.router_cost = Histogram(
-            "kvmoq_router_chosen_cost_seconds", "Estimated time to first token of the choice.",
+            "kvmoq_router_chosen_cost_seconds",
+            "Estimated seconds to the last token of the request on the chosen replica.",
             ["deployment"], buckets=_COST_BUCKETS, registry=r,
         )  # fmt: skip
         self.router_decision_seconds = Histogram(

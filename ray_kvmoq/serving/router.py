@@ -43,7 +43,7 @@ from .costmodel import Candidate, NodeFigures, Plan, RequestView, plan
 from .metrics import process_metrics
 from .prompts import prompt_keys
 
-__all__ = ["KVRouter", "ReplicaLoad", "rank"]
+__all__ = ["DEFAULT_MAX_TOKENS", "KVRouter", "ReplicaLoad", "max_tokens", "rank"]
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,9 @@ _FIGURES_MAX_AGE_S = 2.0
 _RECENT_PER_REPLICA = 4096
 _CLAIM_TTL_S = 5.0
 _SENT_TTL_S = 60.0
+DEFAULT_MAX_TOKENS = 16
+"""Tokens assumed for a request that sets no limit: OpenAI's default ``max_tokens`` for text
+completions (a chat request without one may run longer; the router cannot know)."""
 
 
 def _short(h: bytes) -> str:
@@ -347,6 +350,7 @@ class KVRouter(RequestRouter):
             bytes_per_token=self._bpt,
             holders=holders,
             hashes=short,
+            max_tokens=max_tokens(request),
         )
 
     def _dir(self) -> Any:
@@ -372,6 +376,16 @@ class KVRouter(RequestRouter):
         except Exception as exc:
             log.debug("cannot read the figures board: %s", exc)
             self._board = None
+
+
+def max_tokens(request: Any) -> int:
+    """The tokens a chat or text completion request may generate: its ``max_completion_tokens``
+    or ``max_tokens``, else :data:`DEFAULT_MAX_TOKENS`."""
+    for name in ("max_completion_tokens", "max_tokens"):
+        v = getattr(request, name, None)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return DEFAULT_MAX_TOKENS
 
 
 def _openai_request(pending: PendingRequest | None) -> Any:

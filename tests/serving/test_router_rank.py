@@ -13,7 +13,7 @@ import pytest
 
 from ray_kvmoq.connector.figures import Figures, FiguresSnapshot
 from ray_kvmoq.serving.costmodel import Candidate, NodeFigures, RequestView, plan
-from ray_kvmoq.serving.router import ReplicaLoad, rank
+from ray_kvmoq.serving.router import DEFAULT_MAX_TOKENS, ReplicaLoad, max_tokens, rank
 
 C = 128
 BPT = 23_052.0  # SmolLM2 BF16 bytes per token
@@ -30,13 +30,14 @@ def _figures(prefill: float | None, pull: float | None, local: float = 1e-11) ->
     return f.snapshot()
 
 
-def _req(chunks_on: list[set[str]], prompt: int = 8 * C + 40) -> RequestView:
+def _req(chunks_on: list[set[str]], prompt: int = 8 * C + 40, max_tokens: int = 1) -> RequestView:
     return RequestView(
         prompt_tokens=prompt,
         chunk_size=C,
         bytes_per_token=BPT,
         holders=[frozenset(s) for s in chunks_on],
         hashes=[f"h{k}" for k in range(prompt // C)],
+        max_tokens=max_tokens,
     )
 
 
@@ -257,3 +258,39 @@ def test_a_holder_whose_decode_batch_outweighs_a_pull_loses_the_next_request() -
     order, _, best = rank(req, [small, B], fig, random.Random(0))
     assert order[0] == "rA" and best is not None and best.cost_s is not None
     assert best.cost_s == pytest.approx(40 * 1e-3 + 1.5 * 4 * 0.02)
+
+
+def test_a_request_that_decodes_longer_leaves_a_busy_holder_for_a_pull_sooner() -> None:
+    """The batch slows every token of a request, not only its first: with 4 sequences running
+    at 20 ms a sequence, a 1-token request stays on the prefix's holder (0.16 s against 0.28 s
+    for pulling the prefix to an idle replica), while a 32-token request would sit through 32.5
+    of the holder's steps (2.64 s) and goes to the idle replica, which pulls the prefix."""
+    warm = frozenset(f"h{k}" for k in range(8))
+    f = Figures()
+    for node in ("A", "B"):
+        f.report("prefill_s_per_token", node, 1e-3)
+        f.report("pull_s_per_byte", node, 1e-8)
+        f.report("local_s_per_byte", node, 1e-11)
+        f.report("decode_s_per_token", node, 0.02)
+    holder = Candidate(key="rA", node_id="A", queue_len=4, planned=4, recent=warm)
+    order, _, best = rank(_req([{"A"}] * 8), [holder, B], f.snapshot(), random.Random(0))
+    assert order[0] == "rA" and best is not None
+    assert best.cost_s == pytest.approx(40e-3 + 1.5 * 4 * 0.02)
+    long = _req([{"A"}] * 8, max_tokens=32)
+    order, _, best = rank(long, [holder, B], f.snapshot(), random.Random(0))
+    assert order[0] == "rB" and best is not None and best.remote_chunks == 8
+    assert plan(long, holder, NodeFigures(prefill_s_per_token=1e-3, pull_s_per_byte=1e-8,
+                local_s_per_byte=1e-11, decode_s_per_token=0.02)).cost_s == pytest.approx(
+        40e-3 + 32.5 * 4 * 0.02
+    )  # fmt: skip
+
+
+def test_max_tokens_is_the_requests_limit_or_openais_completions_default() -> None:
+    class Req:
+        def __init__(self, **kw: object) -> None:
+            self.__dict__.update(kw)
+
+    assert max_tokens(Req(max_completion_tokens=40, max_tokens=8)) == 40
+    assert max_tokens(Req(max_completion_tokens=None, max_tokens=8)) == 8
+    assert max_tokens(Req(max_tokens=None)) == DEFAULT_MAX_TOKENS == 16
+    assert max_tokens(Req(max_tokens=0)) == max_tokens(Req(max_tokens=True)) == 16
