@@ -206,8 +206,8 @@ def _our_state(base: str) -> dict[str, Any]:
     from ray_kvmoq.connector.figures import FIGURES_NAME
 
     try:
-        board = ray.get_actor(FIGURES_NAME, namespace="kvmoq")
-        snap = ray.get(board.snapshot.remote(), timeout=30)
+        board: Any = ray.get_actor(FIGURES_NAME, namespace="kvmoq")
+        snap: dict[str, Any] = ray.get(board.snapshot.remote(), timeout=30)
         text = httpx.get(f"{base}/metrics", timeout=30).text
     except (ValueError, ray.exceptions.RayError, httpx.HTTPError):
         return {}

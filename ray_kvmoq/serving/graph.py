@@ -34,7 +34,7 @@ from ray_kvmoq.kvcache.registry import get_codec
 from .app import RAY_NAMESPACE, AppArgs, ReplicaArgs, model_geometry
 from .prefill_wait import PREFILL_TIMEOUT_KEY
 
-__all__ = ["build_app", "kv_model_name", "prepare_cluster", "probe_pull"]
+__all__ = ["build_app", "kv_model_name", "prepare_cluster", "probe_pulls"]
 
 log = logging.getLogger(__name__)
 
@@ -79,29 +79,50 @@ def prepare_cluster(args: AppArgs) -> None:
     figures_board(RAY_NAMESPACE)
     if len(relays) >= 2:
         try:
-            probe_pull(relays)
+            probe_pulls(relays)
         except Exception as exc:  # the connectors measure real pulls anyway
             log.warning("relay pull probe failed: %s", exc)
 
 
-def probe_pull(relays: dict[str, Any], nbytes: int = _PROBE_BYTES) -> float:
-    """Publish ``nbytes`` on one relay, pull them through another (MoQT), report the pulling
-    node's seconds per byte to the figures board; returns it."""
+def probe_pulls(
+    relays: dict[str, Any], nbytes: int = _PROBE_BYTES, namespace: str = RAY_NAMESPACE
+) -> dict[str, float]:
+    """Every relay pulls ``nbytes`` from the next one round the ring over MoQT (after a small
+    pull that opens the session, so the handshake is not timed), and each pulling node's
+    seconds per byte go to the figures board in ``namespace``; returns node id → s/byte.
+
+    Every node then starts with a pull figure of its own, measured on a warm session, instead
+    of the other nodes' median; the connectors refine them with real pulls."""
     import ray
 
     from ray_kvmoq.connector.figures import figures_board
 
-    (src_id, src), (dst_id, dst) = list(relays.items())[:2]
-    ns = ("kvmoq-probe", uuid.uuid4().hex)
-    objects = [bytes(64 << 10) for _ in range(nbytes >> 16)]
-    ray.get(src.publish_group.remote(ns, "probe", 0, objects, end_of_track=True), timeout=60)
+    ids = list(relays)
+    board = figures_board(namespace)
+    timed = [bytes(64 << 10) for _ in range(max(1, nbytes >> 16))]
+    out: dict[str, float] = {}
+    for i, dst_id in enumerate(ids):
+        src_id = ids[(i + 1) % len(ids)]
+        ns = ("kvmoq-probe", uuid.uuid4().hex)
+        src = relays[src_id]
+        for g, objects in enumerate(([bytes(1024)], timed)):
+            done = src.publish_group.remote(ns, "probe", g, objects, end_of_track=g == 1)
+            ray.get(done, timeout=60)
+        _timed_pull(relays[dst_id], ns, 0)  # opens the session
+        out[dst_id] = _timed_pull(relays[dst_id], ns, 1) / sum(map(len, timed))
+        ray.get(board.report.remote("pull_s_per_byte", dst_id, out[dst_id], 1), timeout=30)
+        log.info("relay pull probe %s <- %s: %.0f MB/s", dst_id[:8], src_id[:8], 1e-6 / out[dst_id])
+    return out
+
+
+def _timed_pull(relay: Any, ns: tuple[str, str], group: int) -> float:
+    """Seconds for ``relay`` to have group ``group`` of the probe track in its object store."""
+    import ray
+
     t0 = time.perf_counter()
-    ref = ray.get(dst.get_group_ref.remote(ns, "probe", 0, wait_s=5.0, timeout_s=60.0), timeout=90)
-    ray.get(ref, timeout=60)
-    s_per_byte = (time.perf_counter() - t0) / nbytes
-    figures_board(RAY_NAMESPACE).report.remote("pull_s_per_byte", dst_id, s_per_byte, 1)
-    log.info("relay pull probe %s -> %s: %.0f MB/s", src_id[:8], dst_id[:8], 1e-6 / s_per_byte)
-    return s_per_byte
+    ref = relay.get_group_ref.remote(ns, "probe", group, wait_s=5.0, timeout_s=60.0)
+    ray.get(ray.get(ref, timeout=90), timeout=60)
+    return time.perf_counter() - t0
 
 
 def _gpu(args: AppArgs, r: ReplicaArgs) -> bool:

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import sys
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -155,6 +156,33 @@ def test_track_published_on_a_is_read_on_b_bit_for_bit(cluster_relays: dict[str,
     assert sorted(loc.node_id for loc in where) == sorted(
         [cluster_relays["node_a"], cluster_relays["node_b"]]
     )
+
+
+def test_the_startup_pull_probe_gives_every_node_its_own_pull_figure(
+    cluster_relays: dict[str, Any],
+) -> None:
+    """``probe_pulls`` (run when an app is built): each relay pulls from the other over MoQT, and
+    each pulling node's measured seconds per byte land on the figures board under its own node."""
+    import ray
+
+    from ray_kvmoq.connector.figures import figures_board
+    from ray_kvmoq.serving.graph import probe_pulls
+
+    a, b = cluster_relays["node_a"], cluster_relays["node_b"]
+    relays = {a: cluster_relays["A"], b: cluster_relays["B"]}
+    before = {n: ray.get(r.stats.remote(), timeout=30)["upstream_bytes"] for n, r in relays.items()}
+    ns = f"probe-test-{uuid.uuid4().hex[:8]}"
+    got = probe_pulls(relays, nbytes=1 << 20, namespace=ns)
+    assert set(got) == {a, b} and all(0 < v < 1e-5 for v in got.values()), got  # > 0.1 MB/s
+    for n, r in relays.items():
+        pulled = ray.get(r.stats.remote(), timeout=30)["upstream_bytes"] - before[n]
+        assert pulled >= (1 << 20) + 1024, (n, pulled)  # the opening group and the timed one
+    board = figures_board(ns)
+    try:
+        snap = ray.get(board.snapshot.remote(), timeout=30)
+        assert snap["values"]["pull_s_per_byte"] == pytest.approx(got)
+    finally:
+        ray.kill(board)
 
 
 def test_a_batched_pull_is_bit_exact_and_striped_over_both_data_planes(
