@@ -204,9 +204,10 @@ def _our_state(base: str) -> dict[str, Any]:
     import ray
 
     from ray_kvmoq.connector.figures import FIGURES_NAME
+    from ray_kvmoq.serving.app import RAY_NAMESPACE
 
     try:
-        board: Any = ray.get_actor(FIGURES_NAME, namespace="kvmoq")
+        board: Any = ray.get_actor(FIGURES_NAME, namespace=RAY_NAMESPACE)
         snap: dict[str, Any] = ray.get(board.snapshot.remote(), timeout=30)
         text = httpx.get(f"{base}/metrics", timeout=30).text
     except (ValueError, ray.exceptions.RayError, httpx.HTTPError):
