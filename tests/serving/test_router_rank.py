@@ -30,6 +30,17 @@ def _figures(prefill: float | None, pull: float | None, local: float = 1e-11) ->
     return f.snapshot()
 
 
+def _decode_figures() -> Figures:
+    """Both nodes: 1 ms/token prefill, 100 MB/s pulls, 20 ms a decoding sequence."""
+    f = Figures()
+    for node in ("A", "B"):
+        f.report("prefill_s_per_token", node, 1e-3)
+        f.report("pull_s_per_byte", node, 1e-8)
+        f.report("local_s_per_byte", node, 1e-11)
+        f.report("decode_s_per_token", node, 0.02)
+    return f
+
+
 def _req(chunks_on: list[set[str]], prompt: int = 8 * C + 40, max_tokens: int = 1) -> RequestView:
     return RequestView(
         prompt_tokens=prompt,
@@ -243,12 +254,7 @@ def test_a_holder_whose_decode_batch_outweighs_a_pull_loses_the_next_request() -
     sequence, the holder's next first token is 0.6 s away (1.5 steps), more than pulling the
     prefix to an idle replica (0.24 s); with 4 running (0.12 s) the holder keeps it."""
     warm = frozenset(f"h{k}" for k in range(8))
-    f = Figures()
-    for node in ("A", "B"):
-        f.report("prefill_s_per_token", node, 1e-3)
-        f.report("pull_s_per_byte", node, 1e-8)
-        f.report("local_s_per_byte", node, 1e-11)
-        f.report("decode_s_per_token", node, 0.02)
+    f = _decode_figures()
     fig, req = f.snapshot(), _req([{"A"}] * 8)
     big = Candidate(key="rA", node_id="A", queue_len=20, planned=20, recent=warm)
     order, _, best = rank(req, [big, B], fig, random.Random(0))
@@ -266,12 +272,7 @@ def test_a_request_that_decodes_longer_leaves_a_busy_holder_for_a_pull_sooner() 
     for pulling the prefix to an idle replica), while a 32-token request would sit through 32.5
     of the holder's steps (2.64 s) and goes to the idle replica, which pulls the prefix."""
     warm = frozenset(f"h{k}" for k in range(8))
-    f = Figures()
-    for node in ("A", "B"):
-        f.report("prefill_s_per_token", node, 1e-3)
-        f.report("pull_s_per_byte", node, 1e-8)
-        f.report("local_s_per_byte", node, 1e-11)
-        f.report("decode_s_per_token", node, 0.02)
+    f = _decode_figures()
     holder = Candidate(key="rA", node_id="A", queue_len=4, planned=4, recent=warm)
     order, _, best = rank(_req([{"A"}] * 8), [holder, B], f.snapshot(), random.Random(0))
     assert order[0] == "rA" and best is not None
