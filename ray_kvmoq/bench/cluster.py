@@ -2,8 +2,9 @@
 
 Both nodes share the machine's cores; the second node has its own IP, raylet and object store,
 so bytes between them really cross a node boundary (over loopback). Each node has one
-``engine_slot`` resource, so an LLM deployment asking for it gets one replica per node. Everything it starts is
-stopped by ``cluster.shutdown()`` — never ``ray stop``, which would kill other users' Ray.
+``engine_slot`` resource, so an LLM deployment asking for it gets one replica per node.
+Everything it starts is stopped by ``cluster.shutdown()`` — never ``ray stop``, which would kill
+other users' Ray.
 
 Two real nodes would each bring their own cores; two nodes on one machine share them. vLLM's CPU
 backend binds its OpenMP threads itself (``VLLM_CPU_OMP_THREADS_BIND=auto``) and, knowing nothing
@@ -88,7 +89,7 @@ def two_node_cluster(
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.makedirs("/tmp/ray", exist_ok=True)  # Cluster.add_node writes its address file there
-    halves = core_halves(sorted(os.sched_getaffinity(0))) if split_cores else None
+    halves = core_halves(list(os.sched_getaffinity(0))) if split_cores else None
     if BIND_ENV in os.environ:
         halves = None  # the user's own binding wins
     head_cores, other_cores = halves or (None, None)

@@ -124,8 +124,9 @@ class ReplicaLoad:
     ``work_s``). A replica's work ahead is a virtual finish time: each request's work is added
     when it is claimed (and moved when it is claimed again or routed elsewhere), and it drains
     at one second per second. It never exceeds the sum of the work of the requests still claimed
-    or in flight there, so a finished request takes its work with it. A request that hit the engine's prefix cache brings almost
-    none, so a replica full of cache hits is not "busy"; one computing a cold prefix is.
+    or in flight there, so a finished request takes its work with it. A request that hit the
+    engine's prefix cache brings almost none, so a replica full of cache hits is not "busy"; one
+    computing a cold prefix is.
 
     Pure: no Serve, no clock of its own.
     """
