@@ -17,7 +17,9 @@ machine's cores, as on two real nodes, unless ``--engine-cores shared``). Per ro
 mean/p50/p99, TPOT mean, requests/s and failed requests from the client's result file, and
 reused prompt tokens from vLLM's own counters (``vllm:prefix_cache_hits`` +
 ``vllm:external_prefix_cache_hits``, scraped from every node's Ray metrics endpoint), and the
-prompt tokens each node computed. Rows b and c also carry the figures the KV router priced
+prompt tokens each node computed, and the cores each part of the stack used while the client
+drove the row (``cpu_cores``: vLLM's workers, Serve's ingress, our relays...; see
+:mod:`ray_kvmoq.bench.cpu`). Rows b and c also carry the figures the KV router priced
 with at the end (by node) and its decisions (by outcome, mean time per decision). Ratios are to
 row **a** with the same replica count. A PNG plot goes to ``--out``. ``--json`` prints one
 object keyed by row (``prefix:a-1``, ``random:b-2``...: dataset, row, replicas).
@@ -36,6 +38,8 @@ from pathlib import Path
 from typing import Any
 
 import click
+
+from ray_kvmoq.bench.cpu import CpuSampler
 
 ROWS = ("a", "b", "c")
 ROW_NAMES = {
@@ -363,15 +367,17 @@ def _one_row(app: Any, base: str, key: str, workload: dict[str, Any]) -> dict[st
         before = _scrape()
         with tempfile.TemporaryDirectory() as rd:
             _log(f"[{key}] driving it with vllm bench serve ({workload['dataset']})")
-            raw = _drive(client_args(base=base, result_dir=rd, **workload), rd, timeout_s=1800)
+            with CpuSampler() as cpu:
+                raw = _drive(client_args(base=base, result_dir=rd, **workload), rd, timeout_s=1800)
         time.sleep(6)  # metrics reach Ray's exporter every few seconds
-        return {**summarize(raw, before, _scrape()), **_our_state(base)}
+        return {**summarize(raw, before, _scrape()), "cpu_cores": cpu.cores, **_our_state(base)}
     finally:
         serve.delete(_APP)
 
 
 def median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The per-metric median of a row's repetitions (failed: the sum)."""
+    """The per-metric median of a row's repetitions (failed: the sum; ``cpu_cores``: the
+    median of each part)."""
     import statistics
 
     out: dict[str, Any] = {}
@@ -379,6 +385,10 @@ def median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
         vals = [r[k] for r in runs if isinstance(r.get(k), int | float)]
         if k in ("failed", "completed"):
             out[k] = int(sum(vals))
+        elif k == "cpu_cores":
+            parts = {p for r in runs for p in r.get(k) or {}}
+            med = {p: statistics.median((r.get(k) or {}).get(p, 0.0) for r in runs) for p in parts}
+            out[k] = dict(sorted(med.items(), key=lambda kv: -kv[1]))
         else:
             out[k] = statistics.median(vals) if vals else runs[-1].get(k)
     out["repeats"] = len(runs)
@@ -402,6 +412,11 @@ def table(res: dict[str, Any]) -> str:
     for key, rat in res.get("ratios_to_a", {}).items():
         shown = ", ".join(f"{k} {v:.2f}x" for k, v in rat.items() if v is not None)
         lines.append(f"{key} / a: {shown}")
+    for key, r in res["rows"].items():
+        cores = r.get("cpu_cores") or {}
+        if cores:
+            top = ", ".join(f"{p} {c:.2f}" for p, c in list(cores.items())[:6])
+            lines.append(f"{key} cores: {sum(cores.values()):.2f} ({top})")
     lines += [f"FAILED: {f}" for f in res.get("failures", [])]
     return "\n".join(lines)
 
