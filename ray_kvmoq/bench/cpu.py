@@ -27,6 +27,7 @@ PARTS: tuple[tuple[str, str], ...] = (
     ("serve controller", r"ServeController"),
     ("kvmoq relay", r"RelayActor|DataPlaneActor"),
     ("kvmoq directory + figures", r"DirectoryActor|FiguresBoard"),
+    ("serve LLM prefix tree", r"PrefixTreeActor"),  # stock's PrefixCacheAffinityRouter
     ("ray gcs", r"gcs_server"),
     ("ray raylet", r"raylet"),
     ("bench client", r"vllm\.utils\.argparse_utils|vllm bench"),

@@ -27,6 +27,7 @@ _SPIN = "import time; t = time.process_time()\nwhile time.process_time() - t < {
         ("ray::RelayActor.pull", "kvmoq relay"),
         ("ray::DataPlaneActor", "kvmoq relay"),
         ("ray::DirectoryActor", "kvmoq directory + figures"),
+        ("ray::PrefixTreeActor", "serve LLM prefix tree"),
         ("/venv/lib/python3.11/site-packages/ray/core/src/ray/gcs/gcs_server --log_dir=/t", "ray gcs"),
         ("python -c import sys\nfrom vllm.utils.argparse_utils import FlexibleArgumentParser", "bench client"),
         ("ray::IDLE", "ray other"),
