@@ -1,9 +1,9 @@
-"""CPU used by each part of a serving stack, from ``/proc`` (Linux).
+"""CPU used by each part of a serving stack, from every process's CPU times (``psutil``).
 
 ``kvmoq bench serve`` runs its whole cluster on this machine, so the processes on it are the
 stack: vLLM's workers and engine cores, Serve's replicas, ingress, proxies and controller, our
 relays and data planes, Ray's own daemons, and vLLM's benchmark client. :class:`CpuSampler`
-reads every process's CPU time (``utime + stime`` in ``/proc/PID/stat``) every ``interval_s``
+reads every process's CPU time (user + system, ``psutil``'s ``cpu_times``) every ``interval_s``
 on a thread while a row is driven, and :meth:`CpuSampler.stop` gives the cores each part used
 over the window (CPU seconds / wall seconds). A process that starts in the window counts from
 zero; one that exits counts up to its last sample. Anything else on the machine shows as
@@ -12,10 +12,11 @@ zero; one that exits counts up to its last sample. Anything else on the machine 
 
 from __future__ import annotations
 
-import os
 import re
 import threading
 import time
+
+import psutil
 
 # (part, pattern over the process's command line or title), first match wins
 PARTS: tuple[tuple[str, str], ...] = (
@@ -34,7 +35,6 @@ PARTS: tuple[tuple[str, str], ...] = (
     ("ray other", r"ray::|/ray/"),
 )
 _COMPILED = tuple((part, re.compile(pat)) for part, pat in PARTS)
-_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def part_of(name: str) -> str:
@@ -45,31 +45,26 @@ def part_of(name: str) -> str:
     return "other"
 
 
-def read_process(pid: str, proc: str = "/proc") -> tuple[str, float] | None:
+def read_process(pid: int | str) -> tuple[str, float] | None:
     """A process's command line (or title) and its CPU seconds so far; None if it is gone."""
     try:
-        with open(f"{proc}/{pid}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-        cpu_s = (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime
-        with open(f"{proc}/{pid}/cmdline", "rb") as fh:
-            name = fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
-        if not name:
-            with open(f"{proc}/{pid}/comm") as fh:
-                name = fh.read().strip()
-    except (OSError, IndexError, ValueError):
+        p = psutil.Process(int(pid))
+        with p.oneshot():
+            cpu = p.cpu_times()
+            name = " ".join(p.cmdline()).strip() or p.name()
+    except (psutil.Error, ValueError):
         return None
-    return name, cpu_s
+    return name, cpu.user + cpu.system
 
 
 class CpuSampler:
     """Cores used by each part while it runs: ``with CpuSampler() as s: ...``, then ``s.cores``
     (part -> cores, busiest first) over ``s.wall_s`` seconds."""
 
-    def __init__(self, interval_s: float = 2.0, proc: str = "/proc") -> None:
+    def __init__(self, interval_s: float = 2.0) -> None:
         self._interval = interval_s
-        self._proc = proc
-        self._first: dict[str, float] = {}
-        self._last: dict[str, tuple[str, float]] = {}
+        self._first: dict[int, float] = {}
+        self._last: dict[int, tuple[str, float]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._t0 = 0.0
@@ -77,10 +72,8 @@ class CpuSampler:
         self.wall_s = 0.0
 
     def _sample(self, first: bool) -> None:
-        for pid in os.listdir(self._proc):
-            if not pid.isdigit():
-                continue
-            seen = read_process(pid, self._proc)
+        for pid in psutil.pids():
+            seen = read_process(pid)
             if seen is None:
                 continue
             self._first.setdefault(pid, seen[1] if first else 0.0)
