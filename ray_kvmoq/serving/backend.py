@@ -73,13 +73,31 @@ class MoqtConnectorBackend(BaseConnectorBackend):
 
 
 def register_backend() -> None:
-    """Register the backend under :data:`CONNECTOR_NAME` (idempotent; needs Ray initialised
-    or it is queued until then)."""
+    """Register the backend under :data:`CONNECTOR_NAME` in the connected cluster (idempotent;
+    before ``ray.init`` it is queued until then).
+
+    Ray Serve LLM's registry keeps it in the cluster's internal KV, where the replicas look it
+    up, and also caches it in this process. Its ``is_registered`` answers from that cache, so a
+    driver that deploys on a second cluster (a bench's fresh cluster per run, a restarted
+    head) would skip registering there, and every replica would fall back to
+    ``DefaultConnectorBackend``: no ``KVMOQ_NODE_IP`` for the engine processes, which then attach
+    to the head node's raylet and use the head's relay from every node. So the cluster's own KV
+    is what is checked.
+    """
+    from ray.experimental.internal_kv import _internal_kv_exists, _internal_kv_initialized
     from ray.llm._internal.serve.engines.vllm.kv_transfer.factory import (
         KVConnectorBackendFactory,
     )
+    from ray.llm._internal.serve.utils.registry import _make_key
 
-    if not KVConnectorBackendFactory.is_registered(CONNECTOR_NAME):
-        KVConnectorBackendFactory.register_backend(
-            CONNECTOR_NAME, f"{__name__}:MoqtConnectorBackend"
-        )
+    in_cluster = _internal_kv_initialized() and _internal_kv_exists(
+        _make_key(REGISTRY_CATEGORY, CONNECTOR_NAME)
+    )
+    if in_cluster:
+        return
+    KVConnectorBackendFactory.unregister_backend(CONNECTOR_NAME)  # this process's stale cache
+    KVConnectorBackendFactory.register_backend(CONNECTOR_NAME, f"{__name__}:MoqtConnectorBackend")
+
+
+REGISTRY_CATEGORY = "kv_connector_backend"
+"""Ray Serve LLM's registry category for connector backends."""
