@@ -13,20 +13,40 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 from typing import Any
 
 from ray_kvmoq.kvcache.naming import chunk_hashes
 
-__all__ = ["PromptKeys", "prompt_keys", "request_tokens"]
+__all__ = ["PromptKeys", "prompt_keys", "request_tokens", "warm_tokenizer"]
 
 log = logging.getLogger(__name__)
 
 
-@functools.lru_cache(maxsize=4)
+_LOADING = threading.Lock()
+
+
 def _tokenizer(model_dir: str) -> Any:
+    """``model_dir``'s tokenizer, loaded once: a request that comes while the router's start-up
+    thread loads it waits for that load instead of running a second one (seconds each)."""
+    with _LOADING:
+        return _load_tokenizer(model_dir)
+
+
+@functools.lru_cache(maxsize=4)
+def _load_tokenizer(model_dir: str) -> Any:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(model_dir)
+
+
+def warm_tokenizer(model_dir: str) -> None:
+    """Load ``model_dir``'s tokenizer now (seconds) so the first request does not wait for it;
+    a failure is left for :func:`request_tokens` to meet (and route without KV information)."""
+    try:
+        _tokenizer(model_dir)
+    except Exception as exc:
+        log.debug("cannot load the tokenizer of %s: %s", model_dir, exc)
 
 
 def _text(content: Any) -> str:

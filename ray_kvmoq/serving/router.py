@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -41,7 +42,7 @@ from ray_kvmoq.connector.figures import FiguresSnapshot
 
 from .costmodel import Candidate, NodeFigures, Plan, RequestView, plan
 from .metrics import process_metrics
-from .prompts import prompt_keys
+from .prompts import prompt_keys, warm_tokenizer
 
 __all__ = ["DEFAULT_MAX_TOKENS", "KVRouter", "ReplicaLoad", "max_tokens", "rank"]
 
@@ -49,6 +50,12 @@ log = logging.getLogger(__name__)
 
 _LOOKUP_TIMEOUT_S = 0.25
 _FIGURES_MAX_AGE_S = 2.0
+_CHAIN_TTL_S = 1.0
+"""How long a complete directory answer (every usable chunk has a holder) is reused for the
+same prefix: the hot prefixes of a shared-prefix workload are looked up once a second, not once
+per request. A stale answer only misses a holder that appeared since (the connector makes its
+own lookup before it loads anything)."""
+_CHAINS_KEPT = 1024
 _RECENT_PER_REPLICA = 4096
 _CLAIM_TTL_S = 5.0
 _SENT_TTL_S = 60.0
@@ -238,6 +245,12 @@ class KVRouter(RequestRouter):
         self._board: Any = None
         self._figures = FiguresSnapshot()
         self._figures_at = 0.0
+        self._figures_task: asyncio.Task[None] | None = None
+        self._chains: OrderedDict[bytes, tuple[float, list[frozenset[str]]]] = OrderedDict()
+        # loading the tokenizer takes seconds: not on the first request's path
+        threading.Thread(
+            target=warm_tokenizer, args=(self._model_dir,), name="kvmoq-tokenizer", daemon=True
+        ).start()
 
     async def choose_replicas(
         self,
@@ -255,7 +268,7 @@ class KVRouter(RequestRouter):
             self._pending[id(pending_request)] = list(view.hashes)
             while len(self._pending) > 1024:
                 self._pending.popitem(last=False)
-        await self._refresh_figures()
+        self._refresh_figures()
         # no await from here to the claim: concurrent rankings see each other's choices
         now = time.monotonic()
         cands = [self._candidate(r, now) for r in candidate_replicas]
@@ -331,20 +344,8 @@ class KVRouter(RequestRouter):
         if keys is None:
             return None
         short = [_short(h) for h in keys.hashes]
-        holders: list[frozenset[str]] = []
         usable = max(0, (keys.tokens - 1) // self._chunk)
-        if usable:
-            try:
-                chain = await asyncio.wait_for(
-                    self._dir().longest_prefix.remote(keys.hashes[:usable]), _LOOKUP_TIMEOUT_S
-                )
-                holders = [
-                    frozenset(loc.node_id for loc in locs if bytes(loc.track) == self._codec)
-                    for locs in chain
-                ]
-            except Exception as exc:  # route without KV information
-                log.debug("KV directory lookup failed for routing: %s", exc)
-                self._directory = None
+        holders = await self._holders(keys.hashes[:usable]) if usable else []
         return RequestView(
             prompt_tokens=keys.tokens,
             chunk_size=self._chunk,
@@ -353,6 +354,33 @@ class KVRouter(RequestRouter):
             hashes=short,
             max_tokens=max_tokens(request),
         )
+
+    async def _holders(self, hashes: list[bytes]) -> list[frozenset[str]]:
+        """Per leading chunk, the nodes whose relays hold it on the router's track (the
+        directory's longest prefix; a complete answer is reused for ``_CHAIN_TTL_S``)."""
+        now = time.monotonic()
+        key = hashes[-1]  # chained: the last hash names the whole prefix
+        hit = self._chains.get(key)
+        if hit is not None and now - hit[0] < _CHAIN_TTL_S:
+            return hit[1]
+        try:
+            chain = await asyncio.wait_for(
+                self._dir().longest_prefix.remote(hashes), _LOOKUP_TIMEOUT_S
+            )
+        except Exception as exc:  # route without KV information
+            log.debug("KV directory lookup failed for routing: %s", exc)
+            self._directory = None
+            return []
+        holders = [
+            frozenset(loc.node_id for loc in locs if bytes(loc.track) == self._codec)
+            for locs in chain
+        ]
+        if len(holders) == len(hashes) and all(holders):
+            self._chains[key] = (now, holders)
+            self._chains.move_to_end(key)
+            while len(self._chains) > _CHAINS_KEPT:
+                self._chains.popitem(last=False)
+        return holders
 
     def _dir(self) -> Any:
         if self._directory is None:
@@ -363,10 +391,17 @@ class KVRouter(RequestRouter):
             self._directory = ray.get_actor(DIRECTORY_NAME, namespace=self._ns)
         return self._directory
 
-    async def _refresh_figures(self) -> None:
+    def _refresh_figures(self) -> None:
+        """Start reading the figures board when the last read is older than
+        ``_FIGURES_MAX_AGE_S``; rankings use the last figures meanwhile (never wait for it)."""
         if time.monotonic() - self._figures_at < _FIGURES_MAX_AGE_S:
             return
+        if self._figures_task is not None and not self._figures_task.done():
+            return
         self._figures_at = time.monotonic()
+        self._figures_task = asyncio.get_running_loop().create_task(self._read_figures())
+
+    async def _read_figures(self) -> None:
         try:
             if self._board is None:
                 from ray_kvmoq.connector.figures import figures_board
