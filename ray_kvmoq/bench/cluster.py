@@ -94,7 +94,12 @@ def two_node_cluster(
         halves = None  # the user's own binding wins
     head_cores, other_cores = halves or (None, None)
     where = f"; engines on cores {head_cores} / {other_cores}" if halves else ""
-    print(f"starting a 2-node Ray cluster (head + 127.0.0.2){where}", file=sys.stderr, flush=True)
+    temp_dir = tempfile.mkdtemp(prefix="rkb", dir="/tmp")  # kept: its logs explain a bad run
+    print(
+        f"starting a 2-node Ray cluster (head + 127.0.0.2){where}; logs in {temp_dir}",
+        file=sys.stderr,
+        flush=True,
+    )
     with stdout_to_stderr(), _env(BIND_ENV, head_cores):
         cluster: Any = Cluster(
             initialize_head=True,
@@ -102,7 +107,7 @@ def two_node_cluster(
                 num_cpus=num_cpus,
                 include_dashboard=False,
                 object_store_memory=store_bytes,
-                temp_dir=tempfile.mkdtemp(prefix="rkb", dir="/tmp"),
+                temp_dir=temp_dir,
                 resources={"engine_slot": 1},
             ),
         )

@@ -20,9 +20,13 @@ reused prompt tokens from vLLM's own counters (``vllm:prefix_cache_hits`` +
 prompt tokens each node computed, and the cores each part of the stack used while the client
 drove the row (``cpu_cores``: vLLM's workers, Serve's ingress, our relays...; see
 :mod:`ray_kvmoq.bench.cpu`). Rows b and c also carry the figures the KV router priced
-with at the end (by node) and its decisions (by outcome, mean time per decision). Ratios are to
-row **a** with the same replica count. A PNG plot goes to ``--out``. ``--json`` prints one
-object keyed by row (``prefix:a-1``, ``random:b-2``...: dataset, row, replicas).
+with at the end (by node), its decisions (by outcome, mean time per decision), and
+``kv_by_node``: where each node's engines got their prompts' prefixes (engine-cache hits, tokens
+from their own relay, pulled, pulls declined, load errors; the connectors' counters on the
+figures board; with ``--repeat``, the last repetition's). Ratios are to row **a** with the same
+replica count. A run that fails is listed in ``failures``; the other runs are kept. A PNG plot
+goes to ``--out``. ``--json`` prints one object keyed by row (``prefix:a-1``, ``random:b-2``...:
+dataset, row, replicas).
 """
 
 from __future__ import annotations
@@ -213,7 +217,8 @@ def _our_state(base: str) -> dict[str, Any]:
     try:
         board: Any = ray.get_actor(FIGURES_NAME, namespace=RAY_NAMESPACE)
         snap: dict[str, Any] = ray.get(board.snapshot.remote(), timeout=30)
-        text = httpx.get(f"{base}/metrics", timeout=30).text
+        counters: dict[str, Any] = ray.get(board.counters.remote(), timeout=30)
+        text = httpx.get(f"{base}/metrics", timeout=30).raise_for_status().text
     except (ValueError, ray.exceptions.RayError, httpx.HTTPError):
         return {}
     ip = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
@@ -222,7 +227,38 @@ def _our_state(base: str) -> dict[str, Any]:
         for kind, per_node in snap.get("values", {}).items()
         if per_node
     }
-    return {"figures": figures, "router": router_summary(text)}
+    return {
+        "figures": figures,
+        "router": router_summary(text),
+        "kv_by_node": kv_by_node(counters, ip),
+    }
+
+
+KV_COUNTERS = (
+    "lookups_skipped",
+    "tokens_matched_local",
+    "tokens_matched_remote",
+    "pulls_declined",
+    "load_errors",
+    "groups_saved",
+)
+"""The connector counters ``kv_by_node`` reports: how each node's engines got their prompts'
+prefixes (engine cache, own relay, pulled, recomputed after a declined pull or a failed load)
+and what they published."""
+
+
+def kv_by_node(
+    counters: dict[str, dict[str, Any]], ip: dict[str, str]
+) -> dict[str, dict[str, int]]:
+    """The figures board's connector counters (``source`` → node id and totals since each
+    engine started) summed per node IP, :data:`KV_COUNTERS` only."""
+    out: dict[str, dict[str, int]] = {}
+    for totals in counters.values():
+        node = str(totals.get("node_id", ""))
+        acc = out.setdefault(ip.get(node, node), dict.fromkeys(KV_COUNTERS, 0))
+        for name in KV_COUNTERS:
+            acc[name] += int(totals.get(name, 0) or 0)
+    return dict(sorted(out.items()))
 
 
 def router_summary(metrics_text: str) -> dict[str, Any]:
@@ -330,13 +366,14 @@ def run_bench(
                     )
                     wl = {**workload, "dataset": dataset}
                     base = f"http://127.0.0.1:{port}/{_APP}"
-                    runs.setdefault(key, []).append(_one_row(app, base, key, wl))
+                    result = _one_row(app, base, key, wl)
+                    runs.setdefault(key, []).append(result)
                 finally:
                     serve.shutdown()
         except Exception as exc:
             out["failures"].append(f"{key} run {rep + 1}: {exc}")
             _log(f"[{key}] FAILED: {exc}")
-    out["rows"] = {k: median_row(v) for k, v in runs.items()}
+    out["rows"] = {k: median_row(v) for k, v in runs.items() if v}
     out["runs"] = runs
     out["ratios_to_a"] = ratios(out["rows"])
     return out
@@ -417,6 +454,16 @@ def table(res: dict[str, Any]) -> str:
         if cores:
             top = ", ".join(f"{p} {c:.2f}" for p, c in list(cores.items())[:6])
             lines.append(f"{key} cores: {sum(cores.values()):.2f} ({top})")
+    for key, r in res["rows"].items():
+        by_node = r.get("kv_by_node") or {}
+        if by_node:
+            shown = "; ".join(
+                f"{node} engine-cache hits {c['lookups_skipped']}, tokens from own relay "
+                f"{c['tokens_matched_local']}, pulled {c['tokens_matched_remote']}, pulls "
+                f"declined {c['pulls_declined']}, load errors {c['load_errors']}"
+                for node, c in by_node.items()
+            )
+            lines.append(f"{key} KV: {shown}")
     lines += [f"FAILED: {f}" for f in res.get("failures", [])]
     return "\n".join(lines)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from click.testing import CliRunner
 
 from ray_kvmoq.bench.serve import (
@@ -99,3 +101,55 @@ def test_router_summary_counts_decisions_by_outcome_and_their_mean_time() -> Non
     got = router_summary(m.render().decode())
     assert got == {"outcomes": {"cost": 3, "pow2": 1}, "decision_mean_ms": 3.0}
     assert router_summary("") == {"outcomes": {}, "decision_mean_ms": None}
+
+
+def test_kv_by_node_sums_each_nodes_connector_counters_and_the_table_shows_them() -> None:
+    from ray_kvmoq.bench.serve import KV_COUNTERS, kv_by_node
+
+    counters = {
+        "e1:scheduler": {"node_id": "n1", "lookups_skipped": 5, "tokens_matched_local": 256},
+        "e1:worker": {"node_id": "n1", "groups_saved": 8, "load_errors": 1},
+        "e2:scheduler": {"node_id": "n2", "tokens_matched_remote": 1024, "pulls_declined": 2},
+        "e3:scheduler": {"node_id": "n2", "lookups_skipped": 1, "unrelated": 99},
+    }
+    got = kv_by_node(counters, {"n1": "127.0.0.1", "n2": "127.0.0.2"})
+    assert list(got) == ["127.0.0.1", "127.0.0.2"]
+    assert got["127.0.0.1"] == {**dict.fromkeys(KV_COUNTERS, 0), "lookups_skipped": 5,
+                                "tokens_matched_local": 256, "groups_saved": 8, "load_errors": 1}  # fmt: skip
+    assert got["127.0.0.2"] == {**dict.fromkeys(KV_COUNTERS, 0), "lookups_skipped": 1,
+                                "tokens_matched_remote": 1024, "pulls_declined": 2}  # fmt: skip
+    row = {"ttft_mean_ms": 1.0, "ttft_p50_ms": 1.0, "ttft_p99_ms": 1.0, "tpot_mean_ms": 1.0,
+           "request_throughput": 1.0, "failed": 0, "reused_tokens": 0, "kv_by_node": got}  # fmt: skip
+    text = table({"rows": {"prefix:b-2": row}})
+    assert (
+        "prefix:b-2 KV: 127.0.0.1 engine-cache hits 5, tokens from own relay 256, pulled 0, "
+        "pulls declined 0, load errors 1; 127.0.0.2 engine-cache hits 1" in text
+    )
+
+
+def test_a_row_that_fails_is_reported_and_the_other_rows_are_kept(monkeypatch: Any) -> None:
+    """One failing run must not cost the others' results (every run is minutes of CPU)."""
+    import contextlib
+
+    import ray.serve
+
+    from ray_kvmoq.bench import cluster, serve
+
+    monkeypatch.setattr(cluster, "two_node_cluster", lambda **kw: contextlib.nullcontext())
+    monkeypatch.setattr(ray.serve, "start", lambda **kw: None)
+    monkeypatch.setattr(ray.serve, "shutdown", lambda: None)
+    monkeypatch.setattr(serve, "_stock_app", lambda *a: "stock")
+    monkeypatch.setattr(serve, "_our_app", lambda *a: "ours")
+
+    def one_row(app: str, base: str, key: str, wl: dict[str, Any]) -> dict[str, Any]:
+        if app == "stock":
+            raise RuntimeError("metrics endpoint said 404")
+        return {"ttft_mean_ms": 5.0, "failed": 0, "completed": 4}
+
+    monkeypatch.setattr(serve, "_one_row", one_row)
+    res = serve.run_bench(rows=["a", "b"], replicas=[2], datasets=["prefix_repetition"],
+                          num_prompts=4, rate=1.0, prefix_len=8, suffix_len=4, num_prefixes=2,
+                          output_len=2, datagram=1452)  # fmt: skip
+    assert list(res["rows"]) == ["prefix:b-2"] and res["rows"]["prefix:b-2"]["ttft_mean_ms"] == 5.0
+    assert res["failures"] == ["prefix:a-2 run 1: metrics endpoint said 404"]
+    assert res["ratios_to_a"] == {}
