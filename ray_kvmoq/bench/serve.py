@@ -368,6 +368,7 @@ def run_bench(
                     base = f"http://127.0.0.1:{port}/{_APP}"
                     result = _one_row(app, base, key, wl)
                     runs.setdefault(key, []).append(result)
+                    _log(f"[{key}] run {rep + 1}/{repeat}: {row_summary(result)}")
                 finally:
                     serve.shutdown()
         except Exception as exc:
@@ -430,6 +431,23 @@ def median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
             out[k] = statistics.median(vals) if vals else runs[-1].get(k)
     out["repeats"] = len(runs)
     return out
+
+
+def row_summary(r: dict[str, Any]) -> str:
+    """One run's figures on one line (printed as each run ends: a long bench shows its results
+    as it goes, and a bench cut short still leaves them in its log)."""
+
+    def ms(name: str) -> str:
+        v = r.get(name)
+        return f"{v:,.0f}" if isinstance(v, int | float) else "-"
+
+    rps = r.get("request_throughput")
+    return (
+        f"TTFT mean {ms('ttft_mean_ms')} ms, p50 {ms('ttft_p50_ms')}, p99 {ms('ttft_p99_ms')}; "
+        f"TPOT {ms('tpot_mean_ms')} ms; "
+        f"{f'{rps:.2f}' if isinstance(rps, int | float) else '-'} req/s; "
+        f"{r.get('failed') or 0} failed; {r.get('reused_tokens', '-')} tokens reused"
+    )
 
 
 def table(res: dict[str, Any]) -> str:

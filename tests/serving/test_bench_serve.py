@@ -11,6 +11,7 @@ from ray_kvmoq.bench.serve import (
     median_row,
     ratios,
     router_summary,
+    row_summary,
     run_order,
     summarize,
     table,
@@ -153,3 +154,20 @@ def test_a_row_that_fails_is_reported_and_the_other_rows_are_kept(monkeypatch: A
     assert list(res["rows"]) == ["prefix:b-2"] and res["rows"]["prefix:b-2"]["ttft_mean_ms"] == 5.0
     assert res["failures"] == ["prefix:a-2 run 1: metrics endpoint said 404"]
     assert res["ratios_to_a"] == {}
+
+
+def test_each_run_prints_its_figures_on_one_line_as_it_ends(monkeypatch: Any, capsys: Any) -> None:
+    zero = dict.fromkeys(("prefix_cache_hits", "external_prefix_cache_hits", "prompt_tokens"), 0.0)
+    after = {**zero, "prefix_cache_hits": 512.0, "external_prefix_cache_hits": 128.0}
+    row = summarize(_raw(1234.4, 56.7, 0.876, failed=2), zero, after)
+    assert row_summary(row) == (
+        "TTFT mean 1,234 ms, p50 1,234, p99 2,469; TPOT 57 ms; 0.88 req/s; 2 failed; "
+        "640 tokens reused"
+    )
+    assert (
+        row_summary({})
+        == "TTFT mean - ms, p50 -, p99 -; TPOT - ms; - req/s; 0 failed; - tokens reused"
+    )
+    test_a_row_that_fails_is_reported_and_the_other_rows_are_kept(monkeypatch)
+    err = capsys.readouterr().err
+    assert "[prefix:b-2] run 1/1: TTFT mean 5 ms" in err and "[prefix:a-2] FAILED" in err
