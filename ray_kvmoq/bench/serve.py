@@ -504,6 +504,7 @@ def plot(res: dict[str, Any], path: Path) -> None:
         vals = [res["rows"][k][metric] or 0 for k in keys]
         ax.bar(keys, vals, color=["#888" if ":a-" in k else "#2a7" for k in keys])
         ax.set_title(label)
+        ax.tick_params(axis="x", labelrotation=45)  # "prefix:b-2" and the like: no overlap
     fig.suptitle("kvmoq bench serve: a = Ray Serve LLM, b = ours, c = ours without reuse")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
