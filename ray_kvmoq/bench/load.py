@@ -130,7 +130,8 @@ async def one_request(
                             return Outcome("disconnected", 200, ttft, chunks)
                 return Outcome("lost", 200, ttft, chunks, "stream ended without [DONE]")
     except TimeoutError:
-        return Outcome("lost", 0, ttft, chunks, f"nothing in {wl.request_timeout_s:.0f} s")
+        what = f"{chunks} chunks and no end" if chunks else "nothing"
+        return Outcome("lost", 0, ttft, chunks, f"{what} in {wl.request_timeout_s:.0f} s")
     except (httpx.HTTPError, json.JSONDecodeError) as exc:
         return Outcome("lost", 0, ttft, chunks, repr(exc)[:200])
 
