@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,34 @@ class RayTestCluster:
     head_node_id: str
     node_ids: dict[str, str]  # "127.0.0.2" -> node id, ...
     temp_dir: str
+
+
+def _last_core() -> str | None:
+    """This process's last core, for 127.0.0.2's engines (None under 2 cores, or where the
+    user set ``VLLM_CPU_OMP_THREADS_BIND`` already)."""
+    from ray_kvmoq.bench.cluster import BIND_ENV
+
+    cpus = sorted(os.sched_getaffinity(0))
+    return str(cpus[-1]) if len(cpus) >= 2 and BIND_ENV not in os.environ else None
+
+
+@contextmanager
+def _engine_cores(cores: str | None) -> Iterator[None]:
+    """Start a node with its vLLM engines bound to ``cores`` (its raylet passes the variable to
+    every worker). vLLM's own binding ("auto") knows nothing of the other nodes on this machine
+    and puts every engine on core 0: a PD test's prefill and decode engines then share one core
+    and a 769-token prefill took ~25 s. 127.0.0.2 gets the last core, as a second real node
+    would bring its own; the others keep vLLM's binding (``kvmoq bench serve`` splits alike)."""
+    from ray_kvmoq.bench.cluster import BIND_ENV
+
+    if cores is None:
+        yield
+        return
+    os.environ[BIND_ENV] = cores
+    try:
+        yield
+    finally:
+        os.environ.pop(BIND_ENV, None)
 
 
 @pytest.fixture(scope="session")
@@ -54,12 +83,13 @@ def ray_cluster() -> Iterator[RayTestCluster]:
     )
     try:
         for i, ip in enumerate(("127.0.0.2", "127.0.0.3")):
-            cluster.add_node(
-                num_cpus=4,
-                node_ip_address=ip,
-                object_store_memory=store,
-                resources={f"kvnode{i + 1}": 1, "engine_slot": 1},
-            )
+            with _engine_cores(_last_core() if ip == "127.0.0.2" else None):
+                cluster.add_node(
+                    num_cpus=4,
+                    node_ip_address=ip,
+                    object_store_memory=store,
+                    resources={f"kvnode{i + 1}": 1, "engine_slot": 1},
+                )
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
         nodes = {n["NodeManagerAddress"]: n["NodeID"] for n in ray.nodes() if n["Alive"]}

@@ -31,6 +31,9 @@ APP = "pd"
 
 
 PREFILL_TIMEOUT_S = 20.0
+KV_TIMEOUT_S = 60.0
+"""How long decode follows prefill's track (``kv_timeout_s``): on a slow 2-core CI machine a
+769-token prefill behind the other tests' engines took over 20 s."""
 
 
 @pytest.fixture(scope="module")
@@ -61,9 +64,7 @@ def pd_app(serve_http: str, prefill_node: Any) -> Iterator[str]:
         # replica there would take the in-flight request with it (the client sees a 500)
         ingress={"num_cpus": 0.25, "resources": {"kvnode_head": 0.01}},
         relay_datagram_size=9000,
-        # decode follows prefill's track for as long as prefill computes: on a slow 2-core CI
-        # machine a 769-token prefill behind the other tests' engines took over 20 s
-        kv_timeout_s=60.0,
+        kv_timeout_s=KV_TIMEOUT_S,
         pd_prefill_timeout_s=PREFILL_TIMEOUT_S,
     )
     with deployed(serve_http, APP, args) as base:
@@ -308,7 +309,8 @@ def test_losing_the_prefill_node_mid_request_still_answers_and_decode_stops_wait
     assert not t.is_alive(), "the request hung after the prefill node died"
     assert result["status"] == 200, result
     assert result["body"]["choices"][0]["message"]["content"] in refs
-    assert result["took"] < PREFILL_TIMEOUT_S + 120, result["took"]
+    # decode follows the dead track for up to kv_timeout_s, then recomputes the ~2,000 tokens
+    assert result["took"] < KV_TIMEOUT_S + PREFILL_TIMEOUT_S + 120, result["took"]
     assert _lost(before_pd, _pd_stats()) >= 1, _pd_stats()
 
     deadline = time.monotonic() + 90
