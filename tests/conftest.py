@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,37 +33,26 @@ class RayTestCluster:
 
 
 def _last_core() -> str | None:
-    """This process's last core, for 127.0.0.2's engines (None under 2 cores, or where the
-    user set ``VLLM_CPU_OMP_THREADS_BIND`` already)."""
+    """The cores for 127.0.0.2's vLLM engines: this process's last one (None under 2 cores, or
+    where the user set ``VLLM_CPU_OMP_THREADS_BIND`` already).
+
+    vLLM's own binding ("auto") knows nothing of the other nodes on this machine and puts every
+    engine on core 0: a PD test's prefill and decode engines then share one core and a 769-token
+    prefill took ~25 s. 127.0.0.2 gets the last core, as a second real node would bring its own;
+    the others keep vLLM's binding (``kvmoq bench serve`` splits alike). The node's raylet
+    passes the variable to every worker it starts."""
     from ray_kvmoq.bench.cluster import BIND_ENV
 
     cpus = sorted(os.sched_getaffinity(0))
     return str(cpus[-1]) if len(cpus) >= 2 and BIND_ENV not in os.environ else None
 
 
-@contextmanager
-def _engine_cores(cores: str | None) -> Iterator[None]:
-    """Start a node with its vLLM engines bound to ``cores`` (its raylet passes the variable to
-    every worker). vLLM's own binding ("auto") knows nothing of the other nodes on this machine
-    and puts every engine on core 0: a PD test's prefill and decode engines then share one core
-    and a 769-token prefill took ~25 s. 127.0.0.2 gets the last core, as a second real node
-    would bring its own; the others keep vLLM's binding (``kvmoq bench serve`` splits alike)."""
-    from ray_kvmoq.bench.cluster import BIND_ENV
-
-    if cores is None:
-        yield
-        return
-    os.environ[BIND_ENV] = cores
-    try:
-        yield
-    finally:
-        os.environ.pop(BIND_ENV, None)
-
-
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[RayTestCluster]:
     import ray
     from ray.cluster_utils import Cluster
+
+    from ray_kvmoq.bench.cluster import BIND_ENV, scoped_env
 
     temp_dir = tempfile.mkdtemp(prefix="rkq", dir="/tmp")  # short: unix socket paths ≤ 107 bytes
     # Cluster.add_node writes /tmp/ray/ray_current_cluster even with a private temp dir, and fails
@@ -83,7 +71,7 @@ def ray_cluster() -> Iterator[RayTestCluster]:
     )
     try:
         for i, ip in enumerate(("127.0.0.2", "127.0.0.3")):
-            with _engine_cores(_last_core() if ip == "127.0.0.2" else None):
+            with scoped_env(BIND_ENV, _last_core() if ip == "127.0.0.2" else None):
                 cluster.add_node(
                     num_cpus=4,
                     node_ip_address=ip,

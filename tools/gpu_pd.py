@@ -172,31 +172,24 @@ def relay_main(conn: Any, datagram: int) -> None:
 def prefill_main(conn: Any, args: dict[str, Any]) -> None:
     import torch
 
+    from ray_kvmoq.connector.chunks import encode_chunk
     from ray_kvmoq.engine import load_engine
-    from ray_kvmoq.kvcache import KVTrackName, attach_digest, get_codec, prompt_id
+    from ray_kvmoq.kvcache import KVTrackName, prompt_id
     from ray_kvmoq.kvcache.naming import CodecId
     from ray_kvmoq.moqt import api
-    from ray_kvmoq.moqt.objects import MoqtObject
 
     engine = load_engine(args["model_dir"], dtype="bfloat16", device=args["device"])
     tokens = prompt_tokens(engine, args["tokens"])
     kv, prefill_s = timed_prefill(engine, tokens, args["device"])
-    codec = get_codec(args["codec"])
     name = KVTrackName(
         model=engine.model_name,
         prompt_id=prompt_id(b"gpu-pd", tokens),
         codec=CodecId[args["codec"]],
     )
     t0 = time.perf_counter()
-    groups = []
-    for g, chunk in enumerate(kv.chunks(CHUNK)):
-        payloads = codec.encode_chunk(chunk)
-        groups.append(
-            [
-                MoqtObject(group=g, object_id=i, payload=p, extensions=(attach_digest(p),))
-                for i, p in enumerate(payloads)
-            ]
-        )
+    # what the connector publishes: one object per token, each with its digest extension
+    assert kv.chunk_size == CHUNK, kv.chunk_size  # the engine's chunks are the track's groups
+    groups = [encode_chunk(name.name, c, g).objects() for g, c in enumerate(kv.tensors())]
     encode_s = time.perf_counter() - t0
     conn.send({"namespace": name.namespace, "track": name.name, "prefill_s": prefill_s,
                "encode_s": encode_s, "groups": len(groups),
@@ -227,8 +220,9 @@ def prefill_main(conn: Any, args: dict[str, Any]) -> None:
 def decode_main(conn: Any, args: dict[str, Any], meta: dict[str, Any]) -> None:
     import torch
 
+    from ray_kvmoq.connector.chunks import decode_group
     from ray_kvmoq.engine import KVCache, SamplingParams, load_engine
-    from ray_kvmoq.kvcache import KVGeometry, get_codec, verify
+    from ray_kvmoq.kvcache import KVGeometry
     from ray_kvmoq.moqt import api
     from ray_kvmoq.moqt.api_types import FilterType, Location
     from ray_kvmoq.moqt.objects import ObjectStatus
@@ -239,7 +233,6 @@ def decode_main(conn: Any, args: dict[str, Any], meta: dict[str, Any]) -> None:
     geo = KVGeometry(
         num_layers=cfg.num_layers, num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim
     )
-    codec = get_codec(args["codec"])
     n = args["tokens"]
     full = prompt_tokens(engine, n + 1)  # decode computes the last token itself
     engine.generate(full, SamplingParams(max_tokens=2, ignore_eos=True))  # warm-up
@@ -262,7 +255,6 @@ def decode_main(conn: Any, args: dict[str, Any], meta: dict[str, Any]) -> None:
                     continue
                 if first is None:
                     first = time.perf_counter() - t0
-                verify(obj.payload, obj.extensions)  # a corrupted object is never used
                 got.setdefault(obj.group, []).append(obj)
                 count += 1
                 if count == n:
@@ -271,11 +263,13 @@ def decode_main(conn: Any, args: dict[str, Any], meta: dict[str, Any]) -> None:
 
     got, first_s, wire_s = asyncio.run(pull())
     t0 = time.perf_counter()
-    arrays = []
-    for g in sorted(got):
-        objs = sorted(got[g], key=lambda o: o.object_id)
-        arrays.append(codec.decode_objects([o.payload for o in objs], geo, dtype="bf16"))
-    pulled = KVCache.from_chunks(arrays, chunk_size=CHUNK).to(device=dev)
+    # what the connector loads: every digest verified (a corrupted object is never used),
+    # every header checked against the engine's geometry
+    chunks = [
+        decode_group(meta["track"], sorted(got[g], key=lambda o: o.object_id), geo, torch.bfloat16)
+        for g in sorted(got)
+    ]
+    pulled = KVCache.from_chunks(chunks, chunk_size=CHUNK).to(device=dev)
     _sync(dev)
     load_s = time.perf_counter() - t0
     conn.send("done")
@@ -293,12 +287,12 @@ def decode_main(conn: Any, args: dict[str, Any], meta: dict[str, Any]) -> None:
     recomputed = engine.generate(full, sp).token_ids
     _sync(dev)
     gen_full_s = time.perf_counter() - t0
-    a, b = pulled.to_tensor().float(), own.to_tensor().float()
+    got_kv, own_kv = pulled.to_tensor(), own.to_tensor()
     conn.send({
         "pulled_groups": len(got), "first_object_s": first_s, "pull_s": wire_s,
         "load_to_device_s": load_s, "decode_prefill_s": prefill_s,
-        "kv_bit_exact": bool(torch.equal(pulled.to_tensor(), own.to_tensor())),
-        "kv_max_abs_err": float((a - b).abs().max()),
+        "kv_bit_exact": bool(torch.equal(got_kv, own_kv)),
+        "kv_max_abs_err": float((got_kv.float() - own_kv.float()).abs().max()),
         "greedy_pulled_equals_own_prefix": from_pull == from_own,
         "greedy_pulled_equals_recompute": from_pull == recomputed,
         "generate_from_pull_s": gen_pull_s, "generate_recompute_s": gen_full_s,

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["BIND_ENV", "core_halves", "stdout_to_stderr", "two_node_cluster"]
+__all__ = ["BIND_ENV", "core_halves", "scoped_env", "stdout_to_stderr", "two_node_cluster"]
 
 BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
 
@@ -39,7 +39,7 @@ def core_halves(cpus: list[int]) -> tuple[str, str] | None:
 
 
 @contextmanager
-def _env(name: str, value: str | None) -> Iterator[None]:
+def scoped_env(name: str, value: str | None) -> Iterator[None]:
     """``os.environ[name] = value`` while the block runs (processes started then inherit it)."""
     if value is None:
         yield
@@ -100,7 +100,7 @@ def two_node_cluster(
         file=sys.stderr,
         flush=True,
     )
-    with stdout_to_stderr(), _env(BIND_ENV, head_cores):
+    with stdout_to_stderr(), scoped_env(BIND_ENV, head_cores):
         cluster: Any = Cluster(
             initialize_head=True,
             head_node_args=dict(
@@ -112,7 +112,7 @@ def two_node_cluster(
             ),
         )
         try:
-            with _env(BIND_ENV, other_cores):
+            with scoped_env(BIND_ENV, other_cores):
                 cluster.add_node(
                     num_cpus=num_cpus,
                     node_ip_address="127.0.0.2",

@@ -99,6 +99,16 @@ def _prefill_alone(
     raise AssertionError("no answer from the prefill deployment")
 
 
+def _gained(before: dict[str, Any], after: dict[str, Any], node: str, key: str) -> int:
+    """How much connector counter ``key`` grew, summed over the engines on ``node`` (the
+    figures board's counters before and after)."""
+    return sum(
+        v.get(key, 0) - before.get(src, {}).get(key, 0)
+        for src, v in after.items()
+        if v.get("node_id") == node
+    )
+
+
 def _decode_node() -> str:
     import ray
 
@@ -152,21 +162,15 @@ def test_decode_answers_from_kv_pulled_over_moqt_from_the_prefill_node(pd_app: s
     assert prompt % 128 == 1, prompt
     assert r.choices[0].message.content == ref
 
-    def on_decode(key: str) -> int:
-        return sum(
-            v.get(key, 0) - before_c.get(src, {}).get(key, 0)
-            for src, v in after_c.items()
-            if v.get("node_id") == node
-        )
-
     deadline = time.monotonic() + 30  # connector counters reach the board every 2 s
     while True:
         after_c, after_r = _board()
-        if on_decode("tokens_loaded") >= prompt - 1 or time.monotonic() > deadline:
+        loaded = _gained(before_c, after_c, node, "tokens_loaded")
+        if loaded >= prompt - 1 or time.monotonic() > deadline:
             break
         time.sleep(1.0)
-    why = {k: on_decode(k) for k in ("tokens_matched_remote", "tokens_loaded", "load_errors",
-                                     "lookup_timeouts", "pulls_declined")}  # fmt: skip
+    keys = ("tokens_matched_remote", "load_errors", "lookup_timeouts", "pulls_declined")
+    why = {"tokens_loaded": loaded, **{k: _gained(before_c, after_c, node, k) for k in keys}}
     pulled = after_r[node]["upstream_bytes"] - before_r[node]["upstream_bytes"]
     assert pulled >= (prompt - 128) * 23_052, (pulled, why, _pd_stats())
     assert why["tokens_loaded"] >= prompt - 1, json.dumps(after_c)
@@ -247,11 +251,7 @@ def test_losing_the_prefill_replica_mid_request_still_ends_with_the_answer(pd_ap
     after_c, _ = _board()
 
     def on_decode(key: str) -> int:
-        return sum(
-            v.get(key, 0) - before_c.get(src, {}).get(key, 0)
-            for src, v in after_c.items()
-            if v.get("node_id") == node
-        )
+        return _gained(before_c, after_c, node, key)
 
     assert result["status"] == 200, result
     assert result["body"]["choices"][0]["message"]["content"] in refs
