@@ -348,6 +348,20 @@ def run_once(args: dict[str, Any]) -> dict[str, Any]:
                 proc.join(5)
 
 
+def _parse_run(spec: str, ap: argparse.ArgumentParser) -> tuple[str, int]:
+    """``CODEC@DATAGRAM`` → (codec, datagram size); a bad one stops with a message."""
+    from ray_kvmoq.kvcache import TRACK_NAMES, get_codec
+
+    names = [t.decode() for t in TRACK_NAMES if not get_codec(t).needs_codebook]  # AC: no
+    codec, _, size = spec.strip().partition("@")
+    if codec not in names or not size.isdigit() or not 1200 <= int(size) <= 65527:
+        ap.error(
+            f"--runs: {spec!r} is not CODEC@DATAGRAM with CODEC one of {', '.join(names)} "
+            "and DATAGRAM 1200..65527 (e.g. BF16@1452)"
+        )
+    return codec, int(size)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--arch", choices=sorted(ARCHS), default="smollm2-1.7b")
@@ -361,8 +375,9 @@ def main() -> None:
                     help="also time prefill alone at these lengths")  # fmt: skip
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
-    if a.tokens % CHUNK:
-        ap.error(f"--tokens must be a multiple of {CHUNK}")
+    if a.tokens <= 0 or a.tokens % CHUNK:
+        ap.error(f"--tokens must be a positive multiple of {CHUNK}, got {a.tokens}")
+    specs = [_parse_run(spec, ap) for spec in a.runs.split(",")]
     if a.tokenizer_dir is None:
         from ray_kvmoq.engine.loader import cached_builtin_dir
 
@@ -389,12 +404,11 @@ def main() -> None:
         del eng
         torch.cuda.empty_cache()
     runs = []
-    for spec in a.runs.split(","):
-        codec, datagram = spec.split("@")
+    for codec, datagram in specs:
         args = {"model_dir": str(model_dir), "device": a.device, "tokens": a.tokens,
-                "decode_tokens": a.decode_tokens, "codec": codec, "datagram": int(datagram)}  # fmt: skip
-        print(f"run {spec} ...", file=sys.stderr, flush=True)
-        row = {"codec": codec, "datagram": int(datagram), **run_once(args)}
+                "decode_tokens": a.decode_tokens, "codec": codec, "datagram": datagram}  # fmt: skip
+        print(f"run {codec}@{datagram} ...", file=sys.stderr, flush=True)
+        row = {"codec": codec, "datagram": datagram, **run_once(args)}
         print(json.dumps(row), file=sys.stderr, flush=True)
         runs.append(row)
     result["runs"] = runs
