@@ -24,7 +24,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ray_kvmoq.relay.actor import relay_name, start_relays
@@ -35,11 +35,14 @@ from ray_kvmoq.relay.packed import PackedGroup, unpack_group
 from .config import ConnectorConfig
 from .figures import FiguresSnapshot, figures_board
 
-__all__ = ["BridgeError", "RelayBridge", "join_ray"]
+__all__ = ["BridgeError", "HandoffLost", "RelayBridge", "join_ray"]
 
 _NOT_YET = {0x4, 0x6}
 """MoQT request error codes meaning "not there (yet)": TRACK_DOES_NOT_EXIST, NO_OBJECTS
 (draft-14 §13.1.2, §13.1.5)."""
+
+_GIVEN_UP_POLL_S = 0.1
+"""How often a relay call that may be abandoned asks whether it is."""
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +51,10 @@ Namespace = tuple[bytes, ...]
 
 class BridgeError(RuntimeError):
     """The node relay could not be reached (no Ray, no relay, timeout)."""
+
+
+class HandoffLost(RuntimeError):
+    """A group that is not there yet will never be: its producer's hand-off was abandoned."""
 
 
 def join_ray(address: str | None, namespace: str, node_ip: str | None = None) -> None:
@@ -150,6 +157,41 @@ class RelayBridge:
             self.forget_relay()
             raise
 
+    def _call_unless(
+        self,
+        given_up: Callable[[], bool] | None,
+        method: str,
+        *args: Any,
+        timeout_s: float,
+        relay_timeout_s: float | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """:meth:`_call`, also ended by ``given_up()`` (asked every ``_GIVEN_UP_POLL_S``):
+        then :class:`HandoffLost`. The relay call itself runs on to its own timeout."""
+        import ray
+
+        if given_up is None:
+            return self._call(
+                method, *args, timeout_s=timeout_s, relay_timeout_s=relay_timeout_s, **kwargs
+            )
+        if relay_timeout_s is not None:
+            kwargs["timeout_s"] = relay_timeout_s
+        until = time.monotonic() + timeout_s
+        try:
+            ref = getattr(self.relay(), method).remote(*args, **kwargs)
+            while True:
+                left = until - time.monotonic()
+                ready, _ = ray.wait([ref], timeout=max(0.0, min(_GIVEN_UP_POLL_S, left)))
+                if ready:
+                    return ray.get(ready[0])
+                if given_up():
+                    raise HandoffLost(f"relay {method}: its producer's hand-off was abandoned")
+                if left <= 0:
+                    raise TimeoutError(f"relay {method}: no answer in {timeout_s:.1f} s")
+        except ray.exceptions.RayActorError:
+            self.forget_relay()
+            raise
+
     def digest_key(self) -> bytes | None:
         """The cluster's payload-digest key: from ``$KVMOQ_CLUSTER_SECRET`` (hex), else the
         secret stored in the cluster's GCS (``kvmoq cluster-secret``), else None (unkeyed
@@ -198,12 +240,16 @@ class RelayBridge:
         *,
         timeout_s: float,
         wait_s: float = 0.0,
+        given_up: Callable[[], bool] | None = None,
     ) -> list[CachedObject]:
         """The objects of one group through the node relay (zero-copy views on this node; the
         relay pulls the group over MoQT first if another node has it).
 
         ``wait_s``: a group that does not exist yet anywhere (its producer is still publishing,
         e.g. a PD prefill that just answered) is asked for again every 20 ms for this long.
+        ``given_up``: the group's producer may be gone (a PD hand-off whose prefill failed);
+        the wait — for the track to appear, or for a group its relay does not have yet — ends
+        with :class:`HandoffLost` as soon as ``given_up()`` says so.
         """
         import ray
 
@@ -213,7 +259,8 @@ class RelayBridge:
             remaining = max(0.05, deadline - time.monotonic())
             try:
                 # The relay's own timeout ends the pull; ours only bounds the call around it.
-                ref = self._call(
+                ref = self._call_unless(
+                    given_up,
                     "get_group_ref",
                     namespace,
                     track,
@@ -228,6 +275,11 @@ class RelayBridge:
             except Exception as exc:
                 if _relay_code(exc) not in _NOT_YET or time.monotonic() >= wait_until:
                     raise
+                if given_up is not None and given_up():
+                    raise HandoffLost(
+                        f"group {group_id}: not published, and its producer's hand-off was "
+                        "abandoned (the prefill failed)"
+                    ) from exc
             time.sleep(0.02)
 
     def prefetch(

@@ -2,7 +2,8 @@
 
 vLLM's ``collective_rpc("<method>")`` calls them in every worker process, where the worker side
 of the connector lives; the engine hosts and the serving layer use them to drain publishing
-before a measurement and to read the worker's counters.
+before a measurement, to read the worker's counters, and to end a PD follow whose prefill
+failed.
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ class ConnectorWorkerExtension:
         connector = _connector()
         connector.worker.flush(timeout_s)
         connector.bridge.flush_directory(timeout_s)
+
+    def kvmoq_abandon_handoff(self, handoff: str) -> None:
+        """PD hand-off ``handoff`` lost its prefill: stop following its track."""
+        _connector().worker.abandon_handoff(handoff)
 
     def kvmoq_counters(self) -> dict[str, int]:
         """The worker side's counters since the engine started."""

@@ -43,6 +43,9 @@ class GroupSource:
     """Group id within that track."""
     local: bool
     """True if this node's relay holds it (zero-copy read), else it is pulled over MoQT."""
+    awaited: bool = False
+    """Not published anywhere when the load was planned: a PD producer is computing it now
+    (the only groups a lost hand-off stops waiting for)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,6 +68,10 @@ class LoadSpec:
     """Loaded in the background (reported through ``get_finished``) rather than in the step."""
     follows_producer: bool = False
     """The groups come from a producer still publishing them (PD): waits are expected."""
+    handoff: str = ""
+    """The PD hand-off this load follows (``kv_transfer_params``' ``handoff``; empty: none).
+    The serving layer reports a hand-off whose prefill failed, and the load stops waiting for
+    the ``awaited`` groups that producer will never publish (``kvmoq_abandon_handoff``)."""
 
 
 @dataclass(frozen=True, kw_only=True)

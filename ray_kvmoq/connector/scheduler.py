@@ -80,6 +80,8 @@ class _Req:
     follow: bool = False
     """PD decode started together with its prefill: the prompt's own track is being published
     right now; load what the directory knows by hash and wait for the rest on the track."""
+    handoff: str = ""
+    """The PD hand-off id decode's serving layer gave this request (see ``LoadSpec.handoff``)."""
     lookup_ref: Any = None
     lookup_deadline: float = 0.0
     sources: list[GroupSource | None] = field(default_factory=list)
@@ -154,6 +156,7 @@ class SchedulerSide:
             producer=producer and not self.consumer_only,
             remote=TransferParams.from_json(ours) if "groups" in ours else None,
             follow=ours.get("follow") is True,
+            handoff=ours["handoff"] if isinstance(ours.get("handoff"), str) else "",
             always_pull=ours.get("pull") == "always",
         )
         self._reqs[st.req_id] = st
@@ -272,7 +275,9 @@ class SchedulerSide:
         c = self.conf.chunk_size
         n_groups = -(-len(st.tokens) // c)
         own = [
-            GroupSource(namespace=st.namespace, track=st.codec, group_id=k, local=False)
+            GroupSource(
+                namespace=st.namespace, track=st.codec, group_id=k, local=False, awaited=True
+            )
             for k in range(known, n_groups)
         ]
         st.sources = list(st.sources[:known]) + list(own)
@@ -347,6 +352,7 @@ class SchedulerSide:
             sources=tuple(srcs),
             is_async=is_async,
             follows_producer=st.follow or st.remote is not None,
+            handoff=st.handoff,
         )
         self.counters.count_match(num_external, remote=is_async)
 

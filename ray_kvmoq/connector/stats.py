@@ -46,6 +46,9 @@ class ConnectorCounters:
     """Loads that failed (missing, late, evicted or corrupt group): vLLM recomputed."""
     digest_errors: int = 0
     """Of those, objects whose digest or header did not check out."""
+    handoffs_abandoned: int = 0
+    """Of those, PD follows stopped because the serving layer reported their prefill lost
+    (before ``load_timeout_s`` ran out)."""
     save_errors: int = 0
     """Groups that could not be published."""
     lookup_errors: int = 0

@@ -36,6 +36,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -48,7 +49,7 @@ from ray_kvmoq.kvcache.integrity import verify
 from ray_kvmoq.kvcache.layout import KVGeometry
 from ray_kvmoq.kvcache.naming import CODEBOOK_TRACK_SUFFIX, DEFAULT_CHUNK_SIZE
 
-from .bridge import RelayBridge
+from .bridge import HandoffLost, RelayBridge
 from .chunks import CODEBOOK_GROUP, Codebooks, decode_group, encode_chunk
 from .metadata import LoadSpec, MoqtConnectorMetadata, SaveSpec
 from .paged import LayerCaches, PagedLayout, gather_chunk, order_layers, scatter_chunk, slot_index
@@ -62,6 +63,7 @@ __all__ = ["WorkerSide"]
 log = logging.getLogger(__name__)
 
 _AC = b"AC"
+_ABANDONED_KEPT = 4096
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,6 +133,8 @@ class WorkerSide:
         self._bad_blocks: set[int] = set()
         self._finished_recving: set[str] = set()
         self._failed_recving: set[str] = set()
+        self._abandoned: OrderedDict[str, None] = OrderedDict()
+        """PD hand-offs whose prefill failed (the last ``_ABANDONED_KEPT``)."""
 
     # ---- registration ----------------------------------------------------------------------
 
@@ -191,6 +195,7 @@ class WorkerSide:
         spent = {True: [0.0, 0.0, 0.0], False: [0.0, 0.0, 0.0]}  # local? -> [s, bytes, groups]
         if not spec.follows_producer:  # a producer's live track already streams its groups
             self._prefetch(spec)
+        given_up = (lambda: spec.handoff in self._abandoned) if spec.handoff else None
         for i, src in enumerate(spec.sources):
             k = spec.first_group + i
             lo, hi = max(spec.start, k * c), min(spec.end, (k + 1) * c)
@@ -204,6 +209,7 @@ class WorkerSide:
                     src.group_id,
                     timeout_s=max(0.05, deadline - time.monotonic()),
                     wait_s=max(0.0, deadline - time.monotonic()) if not src.local else 0.0,
+                    given_up=given_up if src.awaited else None,
                 )
                 nbytes = sum(len(o.payload) for o in objects)
                 codebook = self._codebook_for(src.namespace, src.track, deadline)
@@ -226,6 +232,8 @@ class WorkerSide:
             except Exception as exc:
                 digest = isinstance(exc, KVCacheError)
                 self._fail(spec, lo, f"{type(exc).__name__}: {exc}", digest=digest)
+                if isinstance(exc, HandoffLost):
+                    self._count(handoffs_abandoned=1)
                 return False
             took = time.perf_counter() - t0
             acc = spent[src.local]
@@ -288,6 +296,16 @@ class WorkerSide:
         with self._lock:
             self._bad_blocks |= bad
         self._count(load_errors=1, digest_errors=int(digest))
+
+    def abandon_handoff(self, handoff: str) -> None:
+        """The serving layer lost the prefill of PD hand-off ``handoff``: loads following its
+        track stop waiting for the groups that were not published when they were planned (vLLM
+        recomputes from the first of them), now or when they start. Groups the directory knew
+        load as usual."""
+        with self._lock:
+            self._abandoned[handoff] = None
+            while len(self._abandoned) > _ABANDONED_KEPT:
+                self._abandoned.popitem(last=False)
 
     def take_bad_blocks(self) -> set[int]:
         """Blocks whose load failed since the last call."""

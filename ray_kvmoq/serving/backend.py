@@ -13,7 +13,9 @@ Ray Serve LLM keeps one *connector backend* per vLLM connector name (its
   (``{"kvmoq": {"follow": true}}``) loads the groups the directory already knows by chunk hash
   and follows the prompt's own track for the rest — MoQT's subscribe-before-produce, so the
   transfer overlaps the prefill instead of following it. Whatever does not arrive in time is
-  recomputed by decode, so a lost prefill costs time, never the answer.
+  recomputed by decode, so a lost prefill costs time, never the answer. Each hand-off gets an
+  id (``handoff``) by which decode's server tells its connector to stop following a track whose
+  prefill failed (:class:`~.server.KVDecodeServer`).
 
 Register it once per cluster (:func:`register_backend`, done by the app builder).
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import uuid
 from typing import Any
 
 from ray.llm._internal.serve.engines.vllm.kv_transfer.base import (
@@ -29,7 +32,7 @@ from ray.llm._internal.serve.engines.vllm.kv_transfer.base import (
     clamp_request_to_single_token,
 )
 
-__all__ = ["CONNECTOR_NAME", "MoqtConnectorBackend", "register_backend"]
+__all__ = ["CONNECTOR_NAME", "MoqtConnectorBackend", "handoff_id", "register_backend"]
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +71,17 @@ class MoqtConnectorBackend(BaseConnectorBackend):
     ) -> Any:
         """Decode follows the prompt's track while prefill publishes it."""
         decode = request.model_copy(deep=True)
-        decode.kv_transfer_params = {"kvmoq": {"follow": True}}
+        decode.kv_transfer_params = {"kvmoq": {"follow": True, "handoff": uuid.uuid4().hex}}
         return decode
+
+
+def handoff_id(request: Any) -> str:
+    """The hand-off id :meth:`MoqtConnectorBackend.prepare_decode_request` gave a decode
+    request ("" for any other request)."""
+    params = getattr(request, "kv_transfer_params", None) or {}
+    ours = params.get("kvmoq") if isinstance(params, dict) else None
+    handoff = ours.get("handoff") if isinstance(ours, dict) else None
+    return handoff if isinstance(handoff, str) else ""
 
 
 def register_backend() -> None:

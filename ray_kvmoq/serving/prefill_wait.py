@@ -3,16 +3,17 @@
 Ray Serve LLM's concurrent PD hand-off awaits the prefill response before it ends the decode
 response. :func:`bounded_prefill` wraps that response: chunks pass through untouched; a prefill
 that raises (its replica or node died) or is still unfinished after ``timeout_s`` (no replica
-can be placed) ends the stream quietly, is cancelled, and is counted in :class:`PrefillStats`.
-Decode has answered from the KV that arrived and recomputed the rest, so the lost prefill costs
-time, never the answer. Used by :class:`~.server.KVDecodeServer`.
+can be placed) ends the stream quietly, is cancelled, is counted in :class:`PrefillStats`, and
+calls ``on_lost`` (decode's server then tells its connector to stop waiting for that prefill's
+track). Decode answers from the KV that arrived and recomputes the rest, so the lost prefill
+costs time, never the answer. Used by :class:`~.server.KVDecodeServer`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -42,7 +43,10 @@ class PrefillStats:
 
 
 async def bounded_prefill(
-    resp: Any, timeout_s: float, stats: PrefillStats
+    resp: Any,
+    timeout_s: float,
+    stats: PrefillStats,
+    on_lost: Callable[[], None] | None = None,
 ) -> AsyncGenerator[Any, None]:
     """``resp``'s chunks until it ends, fails, or ``timeout_s`` passes (see the module
     docstring)."""
@@ -64,10 +68,21 @@ async def bounded_prefill(
             timeout_s,
         )
         _cancel(resp)
+        _lost(on_lost)
     except Exception as exc:  # the prefill replica or its node died
         stats.prefill_failures += 1
         log.warning("remote prefill failed (%s: %s): decode recomputes", type(exc).__name__, exc)
         _cancel(resp)
+        _lost(on_lost)
+
+
+def _lost(on_lost: Callable[[], None] | None) -> None:
+    if on_lost is None:
+        return
+    try:
+        on_lost()
+    except Exception as exc:  # decode then waits out its kv_timeout_s instead
+        log.warning("could not report the lost prefill to the connector: %s", exc)
 
 
 def _cancel(resp: Any) -> None:

@@ -20,11 +20,14 @@ fails: Ray Serve LLM awaits the prefill response before it ends the decode respo
 prefill whose replica (or node) died raises, or waits for a replacement replica without bound
 when none can be placed. ``KVDecodeServer`` bounds that wait (``pd_prefill_timeout_s``) and
 treats a failed prefill as a lost optimisation, not a failed request; ``pd_stats()`` counts
-both cases.
+both cases. It also tells its connector at once (``kvmoq_abandon_handoff`` with the request's
+hand-off id), so decode stops following a track that will never be finished and recomputes now,
+instead of after ``kv_timeout_s``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import time
@@ -38,6 +41,7 @@ from ray.llm._internal.serve.serving_patterns.prefill_decode.pd_server import (
     PDPrefillServer,
 )
 
+from .backend import handoff_id
 from .prefill_wait import (
     DEFAULT_PREFILL_TIMEOUT_S,
     PREFILL_TIMEOUT_KEY,
@@ -121,6 +125,7 @@ class KVDecodeServer(KVServerMixin, PDDecodeServer):
     failed or unplaceable prefill hold up or fail its answer (see the module docstring)."""
 
     _pd_stats: PrefillStats | None = None
+    _handoff_tasks: set[asyncio.Task[Any]] | None = None
 
     def _concurrent_decode(  # the same call, with a bounded prefill stream
         self,
@@ -132,11 +137,40 @@ class KVDecodeServer(KVServerMixin, PDDecodeServer):
     ) -> AsyncIterator[Any]:
         configs = getattr(self._llm_config, "experimental_configs", None) or {}
         timeout_s = float(configs.get(PREFILL_TIMEOUT_KEY, DEFAULT_PREFILL_TIMEOUT_S))
-        bounded = bounded_prefill(prefill_resp, timeout_s, self._prefill_stats())
+        handoff = handoff_id(decode_request)
+        bounded = bounded_prefill(
+            prefill_resp,
+            timeout_s,
+            self._prefill_stats(),
+            on_lost=(lambda: self._abandon_handoff(handoff)) if handoff else None,
+        )
         gen: AsyncIterator[Any] = super()._concurrent_decode(
             method, decode_request, bounded, raw_request_info, **kwargs
         )
         return gen
+
+    def _abandon_handoff(self, handoff: str) -> None:
+        """Tell the engine's connector workers that ``handoff`` lost its prefill (in the
+        background: the decode stream is not held up by it)."""
+        task = asyncio.get_running_loop().create_task(
+            self.engine.collective_rpc(
+                method="kvmoq_abandon_handoff", timeout=30.0, args=(handoff,)
+            )
+        )
+        if self._handoff_tasks is None:
+            self._handoff_tasks = set()
+        self._handoff_tasks.add(task)  # referenced until done
+        task.add_done_callback(self._handoff_done)
+
+    def _handoff_done(self, task: asyncio.Task[Any]) -> None:
+        if self._handoff_tasks is not None:
+            self._handoff_tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning(
+                "could not end the connector's follow of a lost prefill (it ends after "
+                "kv_timeout_s): %s",
+                task.exception(),
+            )
 
     def _prefill_stats(self) -> PrefillStats:
         if self._pd_stats is None:

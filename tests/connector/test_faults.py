@@ -222,6 +222,46 @@ def test_source_relay_killed_while_bytes_are_in_flight_is_recomputed(engines: En
     assert _delta(after, before, "kvmoq_tokens_loaded") < 8 * C
 
 
+@pytest.mark.parametrize("published", [0, 1])
+def test_follow_of_an_abandoned_handoff_stops_at_the_first_missing_group_keeps_the_rest_and_recomputes(
+    engines: Engines, published: int
+) -> None:
+    """PD decode follows a prompt's track (``follow`` with a ``handoff`` id) whose producer
+    published ``published`` of its 4 groups and then failed, and decode's server reported the
+    hand-off lost (``kvmoq_abandon_handoff``; here before the request, the "when they start"
+    case). The groups the directory knew load as usual; the load stops at the first group it
+    was waiting for with ``HandoffLost`` — counted as ``handoffs_abandoned``, which only a
+    report can cause: otherwise the load waits out its 20 s ``load_timeout_s`` and fails as a
+    timeout — and vLLM recomputes from there."""
+    import ray
+
+    e = engines
+    prompt = e.tokens[400 : 400 + 3 * C + 21]
+    salt = fresh_salt()
+    if published:
+        _plant(e.relays[e.a_node], e, salt, prompt, _real_groups(e, prompt, published))
+    handoff = uuid.uuid4().hex
+    ray.get(
+        e.b.__ray_call__.remote(
+            lambda host: host.llm.collective_rpc("kvmoq_abandon_handoff", args=(handoff,))
+        ),
+        timeout=60,
+    )
+    ref = _gen(e.b, [prompt], cache_salt=salt, kv_params=NO_REUSE, max_tokens=16)[0]
+    follow = {"kvmoq": {"follow": True, "handoff": handoff}}
+    before = _metrics(e.b)
+    got = _gen(e.b, [prompt], cache_salt=salt, kv_params=follow, max_tokens=16)[0]
+    after = _metrics(e.b)
+    moved = {k: _delta(after, before, k) for k in after if k.startswith("kvmoq_")}
+    assert moved["kvmoq_handoffs_abandoned"] == 1, moved
+    assert moved["kvmoq_load_errors"] == 1, moved
+    assert moved["kvmoq_tokens_loaded"] == published * C, moved
+    if published:  # a loaded prefix: later greedy tokens may part on some CPUs (README)
+        assert got.token_ids[0] == ref.token_ids[0], (got.token_ids, ref.token_ids)
+    else:
+        assert got.token_ids == ref.token_ids
+
+
 def test_killed_relay_and_directory_come_back_and_reuse_resumes_within_30_s(
     engines: Engines,
 ) -> None:

@@ -225,6 +225,16 @@ def _pd_stats() -> dict[str, int]:
     return dict(handle.pd_stats.remote().result(timeout_s=60))
 
 
+def _counters() -> dict[str, Any]:
+    """The connector counters on the figures board, by source (not the relays' stats: a dead
+    node's relay would hold up ``_board``)."""
+    import ray
+
+    from ray_kvmoq.connector.figures import figures_board
+
+    return dict(ray.get(figures_board().counters.remote(), timeout=30))
+
+
 def _lost(before: dict[str, int], after: dict[str, int]) -> int:
     return sum(after[k] - before.get(k, 0) for k in after)
 
@@ -274,14 +284,15 @@ def test_losing_the_prefill_node_mid_request_still_answers_and_decode_stops_wait
     pd_app: str, prefill_node: Any
 ) -> None:
     """The prefill node's raylet killed while a request is in flight (asserted: the request had
-        not ended; afterwards the GCS marks the node dead, the directory drops its relay, and every
-        process of the prefill replica is gone). No prefill replica can be placed any more, so Ray
-        Serve LLM's hand-off would wait for one forever; decode stops waiting after
-        ``pd_prefill_timeout_s``. The request still ends 200 with the reference answer, decode
-        counted the lost prefill, the decode node's relay and the directory kept their incarnations
-    (the directory's epoch),
-        and a later request with the same prompt reuses its prefix (``cached_tokens``). Last in the
-        module: the prefill deployment stays unplaceable."""
+    not ended; afterwards the GCS marks the node dead, the directory drops its relay, and every
+    process of the prefill replica is gone). No prefill replica can be placed any more, so Ray
+    Serve LLM's hand-off would wait for one forever; decode stops waiting after
+    ``pd_prefill_timeout_s`` and tells its connector, which stops following the dead track
+    (``handoffs_abandoned``: before its ``kv_timeout_s`` ran out) and recomputes. The request
+    still ends 200 with the reference answer, decode counted the lost prefill, the decode
+    node's relay and the directory kept their incarnations (the directory's epoch), and a later
+    request with the same prompt reuses its prefix (``cached_tokens``). Last in the module: the
+    prefill deployment stays unplaceable."""
     import psutil
     import ray
 
@@ -298,6 +309,7 @@ def test_losing_the_prefill_node_mid_request_still_answers_and_decode_stops_wait
     decode_relay = ray.get_actor(relay_name(_decode_node()), namespace="kvmoq")
     kept = ray.get([directory.epoch.remote(), decode_relay.get_incarnation.remote()])
     before_pd = _pd_stats()
+    before_c = _counters()
 
     salt = uuid.uuid4().hex
     t, result = _post_in_thread(pd_app, q, words, salt)
@@ -309,9 +321,13 @@ def test_losing_the_prefill_node_mid_request_still_answers_and_decode_stops_wait
     assert not t.is_alive(), "the request hung after the prefill node died"
     assert result["status"] == 200, result
     assert result["body"]["choices"][0]["message"]["content"] in refs
-    # decode follows the dead track for up to kv_timeout_s, then recomputes the ~2,000 tokens
+    # decode follows the dead track until pd_prefill_timeout_s ends the prefill, then
+    # recomputes the ~2,000 tokens (the bound also allows for a follow that runs to the end)
     assert result["took"] < KV_TIMEOUT_S + PREFILL_TIMEOUT_S + 120, result["took"]
     assert _lost(before_pd, _pd_stats()) >= 1, _pd_stats()
+    time.sleep(3)  # connector counters reach the board every 2 s
+    abandoned = _gained(before_c, _counters(), _decode_node(), "handoffs_abandoned")
+    assert abandoned >= 1, "decode's connector did not stop following the lost prefill's track"
 
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:

@@ -36,3 +36,23 @@ def test_the_backend_is_registered_again_in_a_cluster_whose_kv_lacks_it(
     assert _internal_kv_exists(key)
     register_backend()  # idempotent
     assert KVConnectorBackendFactory.get_backend_class(CONNECTOR_NAME) is MoqtConnectorBackend
+
+
+def test_each_decode_request_gets_its_own_handoff_id_and_the_server_reads_it() -> None:
+    """The id decode's server reports a lost prefill by (``kvmoq_abandon_handoff``) is stamped
+    per request by ``prepare_decode_request`` and read back by ``handoff_id``."""
+    from ray.llm._internal.serve.core.configs.openai_api_models import ChatCompletionRequest
+
+    from ray_kvmoq.serving.backend import MoqtConnectorBackend, handoff_id
+
+    backend = MoqtConnectorBackend.__new__(MoqtConnectorBackend)  # no LLMConfig needed here
+    req = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}])
+    first, second = (
+        backend.prepare_decode_request(request=req, peer=None, prefill_response=None)
+        for _ in range(2)
+    )
+    assert first.kv_transfer_params["kvmoq"]["follow"] is True
+    ids = {handoff_id(first), handoff_id(second)}
+    assert len(ids) == 2 and all(len(i) == 32 for i in ids), ids
+    assert handoff_id(req) == ""  # the client's request is not a hand-off
+    assert req.kv_transfer_params is None

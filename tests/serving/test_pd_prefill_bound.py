@@ -85,3 +85,39 @@ def test_an_error_chunk_from_prefill_is_passed_on_not_counted_as_a_lost_prefill(
     err = _ErrorChunk()
     got, stats, _ = _drain(_Resp([err]), 5.0)
     assert got == [err] and stats == {"prefill_timeouts": 0, "prefill_failures": 0}
+
+
+def _drain_reporting(resp: _Resp, timeout_s: float, on_lost: Any) -> list[Any]:
+    async def run() -> list[Any]:
+        return [c async for c in bounded_prefill(resp, timeout_s, PrefillStats(), on_lost)]
+
+    return asyncio.run(run())
+
+
+def test_a_lost_prefill_is_reported_once_and_a_healthy_one_never() -> None:
+    """``on_lost`` (decode's server ends its connector's follow of the track) runs once for a
+    failed prefill and once for one that outlived its timeout, and never for a healthy one or
+    an error chunk."""
+    cases = {
+        "failed": _Resp(["a"], exc=RuntimeError("ActorDiedError")),
+        "timed out": _Resp(["a"], hang_s=60.0),
+        "healthy": _Resp(["a", "b"]),
+        "error chunk": _Resp([_ErrorChunk()]),
+    }
+    reported: dict[str, int] = {}
+    for name, resp in cases.items():
+        reported[name] = 0
+
+        def lost(name: str = name) -> None:
+            reported[name] += 1
+
+        _drain_reporting(resp, 0.3, lost)
+    assert reported == {"failed": 1, "timed out": 1, "healthy": 0, "error chunk": 0}
+
+
+def test_a_report_that_raises_still_ends_the_stream_quietly() -> None:
+    def broken() -> None:
+        raise RuntimeError("the engine is gone")
+
+    got = _drain_reporting(_Resp(["a"], exc=RuntimeError("ActorDiedError")), 5.0, broken)
+    assert got == ["a"]
