@@ -108,8 +108,8 @@ class AppArgs(BaseModel):
     """A KV load slower than this is recomputed."""
     pd_prefill_timeout_s: float = Field(default=DEFAULT_PREFILL_TIMEOUT_S, gt=0)
     """PD: how long decode waits for its remote prefill to finish (a prefill lost with its node
-    may otherwise wait for a replacement replica forever); decode has answered from what
-    arrived by then, recomputing the rest."""
+    may otherwise wait for a replacement replica forever). Then, or as soon as the prefill
+    fails, decode stops following its track too, and recomputes what had not arrived."""
     api_keys: dict[str, str] = Field(default_factory=dict)
     """API key → tenant name (empty: no authentication, one ``public`` tenant)."""
     tenant_secret: str | None = None
