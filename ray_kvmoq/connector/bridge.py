@@ -140,45 +140,22 @@ class RelayBridge:
         *args: Any,
         timeout_s: float,
         relay_timeout_s: float | None = None,
+        given_up: Callable[[], bool] | None = None,
         **kwargs: Any,
     ) -> Any:
         """``relay.method(*args, **kwargs)``, waited for at most ``timeout_s``; a
-        ``relay_timeout_s`` is passed on as the method's own ``timeout_s``."""
+        ``relay_timeout_s`` is passed on as the method's own ``timeout_s``. ``given_up``
+        (asked every ``_GIVEN_UP_POLL_S``) ends the wait with :class:`HandoffLost`; the relay
+        call itself runs on to its own timeout."""
         import ray
 
-        if relay_timeout_s is not None:
-            kwargs["timeout_s"] = relay_timeout_s
-        try:
-            ref = getattr(self.relay(), method).remote(*args, **kwargs)
-            return ray.get(ref, timeout=timeout_s)
-        except ray.exceptions.GetTimeoutError:
-            raise TimeoutError(f"relay {method}: no answer in {timeout_s:.1f} s") from None
-        except ray.exceptions.RayActorError:
-            self.forget_relay()
-            raise
-
-    def _call_unless(
-        self,
-        given_up: Callable[[], bool] | None,
-        method: str,
-        *args: Any,
-        timeout_s: float,
-        relay_timeout_s: float | None = None,
-        **kwargs: Any,
-    ) -> Any:
-        """:meth:`_call`, also ended by ``given_up()`` (asked every ``_GIVEN_UP_POLL_S``):
-        then :class:`HandoffLost`. The relay call itself runs on to its own timeout."""
-        import ray
-
-        if given_up is None:
-            return self._call(
-                method, *args, timeout_s=timeout_s, relay_timeout_s=relay_timeout_s, **kwargs
-            )
         if relay_timeout_s is not None:
             kwargs["timeout_s"] = relay_timeout_s
         until = time.monotonic() + timeout_s
         try:
             ref = getattr(self.relay(), method).remote(*args, **kwargs)
+            if given_up is None:
+                return ray.get(ref, timeout=timeout_s)
             while True:
                 left = until - time.monotonic()
                 ready, _ = ray.wait([ref], timeout=max(0.0, min(_GIVEN_UP_POLL_S, left)))
@@ -187,7 +164,9 @@ class RelayBridge:
                 if given_up():
                     raise HandoffLost(f"relay {method}: its producer's hand-off was abandoned")
                 if left <= 0:
-                    raise TimeoutError(f"relay {method}: no answer in {timeout_s:.1f} s")
+                    raise ray.exceptions.GetTimeoutError()
+        except ray.exceptions.GetTimeoutError:
+            raise TimeoutError(f"relay {method}: no answer in {timeout_s:.1f} s") from None
         except ray.exceptions.RayActorError:
             self.forget_relay()
             raise
@@ -259,14 +238,14 @@ class RelayBridge:
             remaining = max(0.05, deadline - time.monotonic())
             try:
                 # The relay's own timeout ends the pull; ours only bounds the call around it.
-                ref = self._call_unless(
-                    given_up,
+                ref = self._call(
                     "get_group_ref",
                     namespace,
                     track,
                     group_id,
                     timeout_s=remaining + 1.0,
                     relay_timeout_s=remaining,
+                    given_up=given_up,
                 )
                 packed = ray.get(ref, timeout=max(0.05, deadline - time.monotonic()))
                 return unpack_group(packed)
