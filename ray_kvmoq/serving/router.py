@@ -14,7 +14,10 @@ it (:mod:`.costmodel`), then ranks the candidates cheapest first:
   burst ranked in one instant spreads instead of piling onto the replica holding the prefix.
 
 Outcomes, counted in ``kvmoq_router_decisions_total{outcome}``: ``cost`` (figures known: the
-cheapest plan wins — a pull is only planned where it beats recompute), ``affinity`` (KV known but
+cheapest plan wins — a pull is only planned where it beats recompute), ``pinned`` (figures
+known, and the replica whose engine already holds the prefix wins although another plan is
+cheaper, because it costs at most :data:`PIN_SLACK` times that plan: stock's prefix pinning
+while the holder is not overloaded), ``affinity`` (KV known but
 no figures yet: the replica that holds the longest prefix, shorter queue first), ``pow2`` (no KV
 anywhere: two random replicas, less work ahead first). The time each ranking took is in
 ``kvmoq_router_decision_seconds``. Every candidate appears in the ranking exactly once, so Serve
@@ -44,7 +47,7 @@ from .costmodel import Candidate, NodeFigures, Plan, RequestView, plan
 from .metrics import process_metrics
 from .prompts import prompt_keys, warm_tokenizer
 
-__all__ = ["DEFAULT_MAX_TOKENS", "KVRouter", "ReplicaLoad", "max_tokens", "rank"]
+__all__ = ["DEFAULT_MAX_TOKENS", "PIN_SLACK", "KVRouter", "ReplicaLoad", "max_tokens", "rank"]
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +62,13 @@ _CHAINS_KEPT = 1024
 _RECENT_PER_REPLICA = 4096
 _CLAIM_TTL_S = 5.0
 _SENT_TTL_S = 60.0
+PIN_SLACK = 2.0
+"""A prefix stays on the replica whose engine holds it until that replica's plan costs more
+than this many times the cheapest plan. Moving a request is not free beyond what the plan
+prices: the other engine then holds the prefix too, so both engines' caches split between the
+prefixes, and the decode-batch term the cost rests on is a noisy per-sequence figure. Measured
+on the 2-prefix workload of ``kvmoq bench serve`` (docs/benchmarks.md): ranking by cost alone
+split the requests 23/25 to 28/20 and trailed stock's pinning on TTFT."""
 DEFAULT_MAX_TOKENS = 16
 """Tokens assumed for a request that sets no limit: OpenAI's default ``max_tokens`` for text
 completions (a chat request without one may run longer; the router cannot know)."""
@@ -93,11 +103,29 @@ def rank(
         return order, "pow2", plans.get(order[0])
     if all(p.cost_s is not None for p in plans.values()):
         ranked = sorted(candidates, key=lambda c: (plans[c.key].cost_s, c.queue_len, rng.random()))
+        pinned = _pinned(ranked, plans)
+        if pinned is not None and pinned is not ranked[0]:
+            ranked.remove(pinned)
+            return [pinned.key, *(c.key for c in ranked)], "pinned", plans[pinned.key]
         return [c.key for c in ranked], "cost", plans[ranked[0].key]
     ranked = sorted(
         candidates, key=lambda c: (-plans[c.key].reused_chunks, c.queue_len, rng.random())
     )
     return [c.key for c in ranked], "affinity", plans[ranked[0].key]
+
+
+def _pinned(ranked: list[Candidate], plans: dict[str, Plan]) -> Candidate | None:
+    """The replica whose engine holds the longest part of the prompt (the cheapest of them),
+    if it costs at most :data:`PIN_SLACK` times the cheapest plan; None when no engine holds
+    any of it."""
+    most = max(plans[c.key].engine_chunks for c in ranked)
+    if most == 0:
+        return None
+    holder = next(c for c in ranked if plans[c.key].engine_chunks == most)
+    cost, cheapest = plans[holder.key].cost_s, plans[ranked[0].key].cost_s
+    if cost is None or cheapest is None or cost > PIN_SLACK * cheapest:
+        return None
+    return holder
 
 
 def _pow2(candidates: list[Candidate], plans: dict[str, Plan], rng: random.Random) -> list[str]:

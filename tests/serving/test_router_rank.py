@@ -13,7 +13,13 @@ import pytest
 
 from ray_kvmoq.connector.figures import Figures, FiguresSnapshot
 from ray_kvmoq.serving.costmodel import Candidate, NodeFigures, RequestView, plan
-from ray_kvmoq.serving.router import DEFAULT_MAX_TOKENS, ReplicaLoad, max_tokens, rank
+from ray_kvmoq.serving.router import (
+    DEFAULT_MAX_TOKENS,
+    PIN_SLACK,
+    ReplicaLoad,
+    max_tokens,
+    rank,
+)
 
 C = 128
 BPT = 23_052.0  # SmolLM2 BF16 bytes per token
@@ -264,6 +270,32 @@ def test_a_holder_whose_decode_batch_outweighs_a_pull_loses_the_next_request() -
     order, _, best = rank(req, [small, B], fig, random.Random(0))
     assert order[0] == "rA" and best is not None and best.cost_s is not None
     assert best.cost_s == pytest.approx(40 * 1e-3 + 1.5 * 4 * 0.02)
+
+
+def test_a_prefix_stays_on_its_engines_holder_until_it_costs_more_than_pin_slack_times_the_cheapest() -> (
+    None
+):
+    """Stock's prefix pinning while the holder is not overloaded: with 10 sequences running the
+    holder's plan (0.34 s) is dearer than pulling the prefix to an idle replica (0.28 s) but
+    within PIN_SLACK of it, so the holder keeps the request ("pinned"); with 20 running
+    (0.64 s, 2.3x) the idle replica gets it ("cost"). Where both engines hold the prefix, the
+    cheaper one wins: nothing to pin."""
+    assert PIN_SLACK == 2.0
+    warm = frozenset(f"h{k}" for k in range(8))
+    fig, req = _decode_figures().snapshot(), _req([{"A"}] * 8)
+    held = Candidate(key="rA", node_id="A", queue_len=10, planned=10, recent=warm)
+    order, outcome, best = rank(req, [B, held], fig, random.Random(0))
+    assert (outcome, order) == ("pinned", ["rA", "rB"]) and best is not None
+    assert best.key == "rA" and best.engine_chunks == 8
+    assert best.cost_s == pytest.approx(40e-3 + 1.5 * 10 * 0.02)
+    over = Candidate(key="rA", node_id="A", queue_len=20, planned=20, recent=warm)
+    order, outcome, best = rank(req, [B, over], fig, random.Random(0))
+    assert (outcome, order) == ("cost", ["rB", "rA"]) and best is not None
+    assert best.remote_chunks == 8
+    both = Candidate(key="rB", node_id="B", queue_len=2, planned=2, recent=warm)
+    order, outcome, best = rank(req, [held, both], fig, random.Random(0))
+    assert (outcome, order) == ("cost", ["rB", "rA"]) and best is not None
+    assert best.engine_chunks == 8
 
 
 def test_a_request_that_decodes_longer_leaves_a_busy_holder_for_a_pull_sooner() -> None:
