@@ -13,8 +13,9 @@ repetition: a b c, c b a, ...):
 * **c** — ours with KV reuse off (no prefix cache, connector neither loads nor publishes);
 
 each at 1 and 2 replicas (one per node; each node's engines bind to their own half of the
-machine's cores, as on two real nodes, unless ``--engine-cores shared``). Per row: TTFT
-mean/p50/p99, TPOT mean, requests/s and failed requests from the client's result file, and
+machine's cores, as on two real nodes, unless ``--engine-cores shared``; every engine gets
+vLLM's default per-step token budget unless ``--max-num-batched-tokens`` sets another, the
+same for every row). Per row: TTFT mean/p50/p99, TPOT mean, requests/s and failed requests from the client's result file, and
 reused prompt tokens from vLLM's own counters (``vllm:prefix_cache_hits`` +
 ``vllm:external_prefix_cache_hits``, scraped from every node's Ray metrics endpoint), and the
 prompt tokens each node computed, and the cores each part of the stack used while the client
@@ -73,10 +74,41 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _stock_app(model_dir: str, name: str, replicas: int, max_len: int, kv_cache_mb: int) -> Any:
-    from ray.serve.llm import LLMConfig, build_openai_app
+VLLM_CPU_MAX_NUM_SEQS = 128
+"""vLLM's default ``max_num_seqs`` on its CPU backend (its engine log says so at start)."""
 
-    cfg = LLMConfig(
+
+def step_budget(max_num_batched_tokens: int | None) -> dict[str, int]:
+    """vLLM engine arguments for a per-step token budget (empty: vLLM's default, 2,048 tokens on
+    CPU). ``max_num_seqs`` follows it down where it would exceed it (vLLM refuses a budget
+    smaller than the sequences it may batch)."""
+    if max_num_batched_tokens is None:
+        return {}
+    out = {"max_num_batched_tokens": max_num_batched_tokens}
+    if max_num_batched_tokens < VLLM_CPU_MAX_NUM_SEQS:
+        out["max_num_seqs"] = max_num_batched_tokens
+    return out
+
+
+def _stock_app(
+    model_dir: str, name: str, replicas: int, max_len: int, kv_cache_mb: int,
+    engine_extra: dict[str, Any],
+) -> Any:  # fmt: skip
+    from ray.serve.llm import build_openai_app
+
+    cfg = stock_config(model_dir, name, replicas, max_len, kv_cache_mb, engine_extra)
+    return build_openai_app({"llm_configs": [cfg]})
+
+
+def stock_config(
+    model_dir: str, name: str, replicas: int, max_len: int, kv_cache_mb: int,
+    engine_extra: dict[str, Any],
+) -> Any:  # fmt: skip
+    """Row a's ``LLMConfig``: Ray Serve LLM as shipped, with the engine arguments every row
+    shares."""
+    from ray.serve.llm import LLMConfig
+
+    return LLMConfig(
         model_loading_config={"model_id": name, "model_source": model_dir},
         engine_kwargs={
             "dtype": "bfloat16",
@@ -84,6 +116,7 @@ def _stock_app(model_dir: str, name: str, replicas: int, max_len: int, kv_cache_
             "enforce_eager": True,
             "enable_prefix_caching": True,
             "kv_cache_memory_bytes": kv_cache_mb << 20,
+            **engine_extra,
         },
         placement_group_config={"bundles": [{"CPU": 1, "engine_slot": 1}]},
         deployment_config={
@@ -95,21 +128,32 @@ def _stock_app(model_dir: str, name: str, replicas: int, max_len: int, kv_cache_
         },
         runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1"}},
     )
-    return build_openai_app({"llm_configs": [cfg]})
 
 
-def _our_app(replicas: int, reuse: bool, max_len: int, datagram: int, kv_cache_mb: int) -> Any:
-    from ray_kvmoq.serving.app import AppArgs, ReplicaArgs, build
+def _our_app(
+    replicas: int, reuse: bool, max_len: int, datagram: int, kv_cache_mb: int,
+    engine_extra: dict[str, Any],
+) -> Any:  # fmt: skip
+    from ray_kvmoq.serving.app import build
 
-    return build(
-        AppArgs(
-            mode="combined",
-            max_model_len=max_len,
-            kv_reuse=reuse,
-            kv_cache_gib=kv_cache_mb / 1024,
-            relay_datagram_size=datagram,
-            server=ReplicaArgs(num_replicas=replicas, num_cpus=1, resources={"engine_slot": 1}),
-        )
+    return build(our_args(replicas, reuse, max_len, datagram, kv_cache_mb, engine_extra))
+
+
+def our_args(
+    replicas: int, reuse: bool, max_len: int, datagram: int, kv_cache_mb: int,
+    engine_extra: dict[str, Any],
+) -> Any:  # fmt: skip
+    """Rows b and c's app arguments (c: ``reuse`` False)."""
+    from ray_kvmoq.serving.app import AppArgs, ReplicaArgs
+
+    return AppArgs(
+        mode="combined",
+        max_model_len=max_len,
+        kv_reuse=reuse,
+        kv_cache_gib=kv_cache_mb / 1024,
+        relay_datagram_size=datagram,
+        engine_kwargs=engine_extra,
+        server=ReplicaArgs(num_replicas=replicas, num_cpus=1, resources={"engine_slot": 1}),
     )
 
 
@@ -325,6 +369,7 @@ def run_bench(
     *, rows: list[str], replicas: list[int], datasets: list[str], num_prompts: int, rate: float,
     prefix_len: int, suffix_len: int, num_prefixes: int, output_len: int, datagram: int,
     repeat: int = 1, kv_cache_mb: int = 1024, split_cores: bool = True,
+    max_num_batched_tokens: int | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Run every (row, replicas, repetition), each on a fresh cluster; see the module docstring."""
     from ray import serve
@@ -335,6 +380,7 @@ def run_bench(
 
     model_dir = str(cached_builtin_dir())
     max_len = prefix_len + suffix_len + output_len + 64
+    engine_extra = step_budget(max_num_batched_tokens)  # every row alike
     workload = {
         "model": BUILTIN_MODEL, "tokenizer": model_dir,
         "num_prompts": num_prompts, "rate": rate, "prefix_len": prefix_len,
@@ -345,6 +391,7 @@ def run_bench(
         "prefix_len": prefix_len, "suffix_len": suffix_len, "num_prefixes": num_prefixes,
         "output_len": output_len, "relay_datagram_size": datagram, "kv_cache_mb": kv_cache_mb,
         "engine_cores": "split" if split_cores else "shared",
+        "max_num_batched_tokens": max_num_batched_tokens or "vLLM default",
     }}  # fmt: skip
     runs: dict[str, list[dict[str, Any]]] = {}
     for dataset, n, rep, row in run_order(rows, replicas, datasets, repeat):
@@ -360,9 +407,9 @@ def run_bench(
                 serve.start(http_options={"host": "127.0.0.1", "port": port})
                 try:
                     app = (
-                        _stock_app(model_dir, BUILTIN_MODEL, n, max_len, kv_cache_mb)
+                        _stock_app(model_dir, BUILTIN_MODEL, n, max_len, kv_cache_mb, engine_extra)
                         if row == "a"
-                        else _our_app(n, row == "b", max_len, datagram, kv_cache_mb)
+                        else _our_app(n, row == "b", max_len, datagram, kv_cache_mb, engine_extra)
                     )
                     wl = {**workload, "dataset": dataset}
                     base = f"http://127.0.0.1:{port}/{_APP}"
@@ -583,11 +630,19 @@ def _csv(kind: type, value: str) -> list[Any]:
     "real nodes; shared: vLLM's own binding, which puts every engine on the same cores "
     "($VLLM_CPU_OMP_THREADS_BIND, if set, overrides both).",
 )
+@click.option(
+    "--max-num-batched-tokens",
+    type=click.IntRange(16, 1 << 20),
+    default=None,
+    help="vLLM's per-step token budget, every row alike (default: vLLM's, 2048 on CPU). On CPU "
+    "a step's time grows with its tokens, and streams stall and aborts wait for the step; "
+    "below 128 max_num_seqs follows it down.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object keyed by row.")
 def serve(
     rows: str, replicas: str, datasets: str, num_prompts: int, rate: float, prefix_len: int,
     suffix_len: int, num_prefixes: int, output_len: int, datagram: int, kv_cache_mb: int,
-    repeat: int, out: Path, engine_cores: str, as_json: bool,
+    repeat: int, out: Path, engine_cores: str, max_num_batched_tokens: int | None, as_json: bool,
 ) -> None:  # fmt: skip
     """Stock Ray Serve LLM vs ours vs ours without reuse, with vLLM's benchmark client, on a
     private 2-node Ray cluster (CPU: tens of minutes)."""
@@ -609,7 +664,7 @@ def serve(
         rows=picked, replicas=counts, datasets=sets, num_prompts=num_prompts,
         rate=rate, prefix_len=prefix_len, suffix_len=suffix_len, num_prefixes=num_prefixes,
         output_len=output_len, datagram=datagram, repeat=repeat, kv_cache_mb=kv_cache_mb,
-        split_cores=engine_cores == "split",
+        split_cores=engine_cores == "split", max_num_batched_tokens=max_num_batched_tokens,
     )  # fmt: skip
     if res["rows"]:
         plot(res, out)

@@ -171,3 +171,43 @@ def test_each_run_prints_its_figures_on_one_line_as_it_ends(monkeypatch: Any, ca
     test_a_row_that_fails_is_reported_and_the_other_rows_are_kept(monkeypatch)
     err = capsys.readouterr().err
     assert "[prefix:b-2] run 1/1: TTFT mean 5 ms" in err and "[prefix:a-2] FAILED" in err
+
+
+def test_a_step_budget_reaches_the_stock_and_our_engines_alike(monkeypatch: Any) -> None:
+    """``--max-num-batched-tokens`` must change every row, or the comparison is not fair."""
+    import contextlib
+
+    import ray.serve
+
+    from ray_kvmoq.bench import cluster, serve
+
+    monkeypatch.setattr(cluster, "two_node_cluster", lambda **kw: contextlib.nullcontext())
+    monkeypatch.setattr(ray.serve, "start", lambda **kw: None)
+    monkeypatch.setattr(ray.serve, "shutdown", lambda: None)
+    seen: dict[str, dict[str, Any]] = {}
+    monkeypatch.setattr(serve, "_stock_app", lambda *a: seen.setdefault("a", a[-1]) and "a")
+    monkeypatch.setattr(
+        serve, "_our_app", lambda *a: seen.setdefault("bc"[not a[1]], a[-1]) and "b"
+    )
+    monkeypatch.setattr(serve, "_one_row", lambda *a: {"ttft_mean_ms": 1.0, "failed": 0})
+    res = serve.run_bench(rows=["a", "b", "c"], replicas=[1], datasets=["random"], num_prompts=2,
+                          rate=1.0, prefix_len=8, suffix_len=4, num_prefixes=1, output_len=2,
+                          datagram=1452, max_num_batched_tokens=64)  # fmt: skip
+    budget = {"max_num_batched_tokens": 64, "max_num_seqs": 64}
+    assert seen == {"a": budget, "b": budget, "c": budget}
+    assert res["workload"]["max_num_batched_tokens"] == 64
+    assert serve.step_budget(None) == {} and serve.step_budget(512) == {
+        "max_num_batched_tokens": 512
+    }
+
+
+def test_the_step_budget_goes_into_the_stock_and_our_engines_arguments() -> None:
+    from ray_kvmoq.bench.serve import our_args, step_budget, stock_config
+    from ray_kvmoq.serving.graph import _llm_config
+
+    budget = step_budget(128)
+    stock = stock_config("/nonexistent", "m", 1, 512, 64, budget).engine_kwargs
+    args = our_args(1, True, 512, 1452, 64, budget)
+    ours = _llm_config(args, args.server, "kv_both", "server").engine_kwargs
+    assert stock["max_num_batched_tokens"] == ours["max_num_batched_tokens"] == 128
+    assert "max_num_seqs" not in stock and "max_num_seqs" not in ours  # 128: vLLM's default
