@@ -14,14 +14,14 @@ repetition: a b c, c b a, ...):
 
 each at 1 and 2 replicas (one per node; each node's engines bind to their own half of the
 machine's cores, as on two real nodes, unless ``--engine-cores shared``; every engine gets
-vLLM's default per-step token budget unless ``--max-num-batched-tokens`` sets another, the
-same for every row). Per row: TTFT mean/p50/p99, TPOT mean, requests/s and failed requests from the client's result file, and
-reused prompt tokens from vLLM's own counters (``vllm:prefix_cache_hits`` +
-``vllm:external_prefix_cache_hits``, scraped from every node's Ray metrics endpoint), and the
-prompt tokens each node computed, and the cores each part of the stack used while the client
-drove the row (``cpu_cores``: vLLM's workers, Serve's ingress, our relays...; see
-:mod:`ray_kvmoq.bench.cpu`). Rows b and c also carry the figures the KV router priced
-with at the end (by node), its decisions (by outcome, mean time per decision), and
+vLLM's default per-step token budget unless ``--max-num-batched-tokens`` sets another, the same
+for every row). Per row: TTFT mean/p50/p99, TPOT mean, requests/s and failed requests from the
+client's result file, and reused prompt tokens from vLLM's own counters
+(``vllm:prefix_cache_hits`` + ``vllm:external_prefix_cache_hits``, scraped from every node's Ray
+metrics endpoint), and the prompt tokens each node computed, and the cores each part of the
+stack used while the client drove the row (``cpu_cores``: vLLM's workers, Serve's ingress, our
+relays...; see :mod:`ray_kvmoq.bench.cpu`). Rows b and c also carry the figures the KV router
+priced with at the end (by node), its decisions (by outcome, mean time per decision), and
 ``kv_by_node``: where each node's engines got their prompts' prefixes (engine-cache hits, tokens
 from their own relay, pulled, pulls declined, load errors; the connectors' counters on the
 figures board; with ``--repeat``, the last repetition's). Ratios are to row **a** with the same
