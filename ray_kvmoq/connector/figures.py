@@ -10,8 +10,8 @@ averages. The router and each connector read the board every few seconds.
 Figures (``kind`` → per-node value):
 
 * ``prefill_s_per_token`` — seconds of engine time per prompt token computed on that node;
-* ``decode_s_per_token`` — seconds a decode step takes per sequence in it (what each running
-  request adds to every step);
+* ``decode_s_per_token`` — the seconds one more running sequence adds to a decode step (the
+  slope of step time over batch size; what each running request adds to every step);
 * ``pull_s_per_byte`` — seconds per encoded KV byte loaded from *another* node (relay pull over
   MoQT plus verify, decode and write);
 * ``local_s_per_byte`` — the same for bytes this node's relay already held (zero-copy read).

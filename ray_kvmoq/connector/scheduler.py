@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -482,28 +483,38 @@ class SchedulerSide:
             self._reqs.pop(r, None)
 
 
+_DECODE_STEPS_KEPT = 4096
+
+
 class _StepClock:
-    """Prefill seconds per token and decode seconds per sequence, from the engine's own steps.
+    """Prefill seconds per token and the marginal decode cost per sequence, from the engine's
+    own steps.
 
     ``build_connector_meta`` runs once per step, right after the previous step's forward pass
     when the engine is busy, so the time between two calls is the previous step's cost:
 
     * steps that were mostly prefill (≥ 90 % of ≥ 128 tokens) give ``prefill_s_per_token``;
     * pure decode steps (one token per running sequence) that another pure decode step follows
-      give ``decode_s_per_token``: the step's seconds per sequence in it. A decode step followed
-      by anything else is skipped: the engine may have sat idle before that next step, until a
-      new request came.
+      give ``decode_s_per_token``: the seconds one more sequence adds to a decode step, the
+      slope of a least-squares line through (sequences, seconds) of the period's steps. A
+      decode step costs a fixed part (weights read, Python) plus a part per sequence; on
+      vLLM's CPU backend the fixed part dominates, so step time over sequences overstates
+      what a request adds to its replica's steps many times over. A period whose decode steps
+      all had the same number of sequences cannot tell the two parts apart and reports
+      nothing (the board keeps its last figure). A decode step followed by anything else is
+      skipped: the engine may have sat idle before that next step, until a new request came.
 
-    Each is averaged and reported every ``period_s`` as (kind, value, number of steps).
+    Each is reported every ``period_s`` as (kind, value, number of steps).
     """
 
     def __init__(self, period_s: float = 5.0) -> None:
         self.period_s = period_s
         self._prev: tuple[float, int, int] | None = None
-        self._sums: dict[str, list[float]] = {
-            "prefill_s_per_token": [0.0, 0, 0],
-            "decode_s_per_token": [0.0, 0, 0],
-        }  # kind → [seconds, tokens, steps]
+        self._prefill_s = 0.0
+        self._prefill_tokens = 0
+        self._prefill_steps = 0
+        # (sequences, seconds) per step: the latest ones while no period has varied in size
+        self._decode: deque[tuple[int, float]] = deque(maxlen=_DECODE_STEPS_KEPT)
         self._last_report = 0.0
 
     def step(self, now: float, tokens: int, prefill_tokens: int) -> list[tuple[str, float, int]]:
@@ -511,24 +522,39 @@ class _StepClock:
         prompt tokens); return the samples due for reporting."""
         if self._prev is not None:
             at, n, pre = self._prev
-            kind = None
             if n >= 128 and pre >= 0.9 * n:
-                kind = "prefill_s_per_token"
+                self._prefill_s += now - at
+                self._prefill_tokens += n
+                self._prefill_steps += 1
             elif pre == 0 and tokens and prefill_tokens == 0:
-                kind = "decode_s_per_token"
-            if kind is not None:
-                acc = self._sums[kind]
-                acc[0] += now - at
-                acc[1] += n
-                acc[2] += 1
+                self._decode.append((n, now - at))
         self._prev = (now, tokens, prefill_tokens) if tokens else None
         if now - self._last_report < self.period_s:
             return []
-        out = []
-        for kind, acc in self._sums.items():
-            if acc[1]:
-                out.append((kind, acc[0] / acc[1], int(acc[2])))
-                acc[:] = [0.0, 0, 0]
+        out: list[tuple[str, float, int]] = []
+        if self._prefill_tokens:
+            per_token = self._prefill_s / self._prefill_tokens
+            out.append(("prefill_s_per_token", per_token, self._prefill_steps))
+            self._prefill_s, self._prefill_tokens, self._prefill_steps = 0.0, 0, 0
+        slope = marginal_seconds(self._decode)
+        if slope is not None:
+            out.append(("decode_s_per_token", slope, len(self._decode)))
+            self._decode.clear()
         if out:
             self._last_report = now
         return out
+
+
+def marginal_seconds(steps: Sequence[tuple[int, float]]) -> float | None:
+    """The least-squares slope of seconds over sequences (clamped at 0), or None when the
+    steps do not vary in size."""
+    k = len(steps)
+    if k < 2:
+        return None
+    mean_n = sum(n for n, _ in steps) / k
+    mean_t = sum(t for _, t in steps) / k
+    var = sum((n - mean_n) ** 2 for n, _ in steps)
+    if var == 0:
+        return None
+    cov = sum((n - mean_n) * (t - mean_t) for n, t in steps)
+    return max(0.0, cov / var)

@@ -20,7 +20,9 @@ replica full of cache hits is not "busy", and one computing a long cold prefix i
 Every request on the replica also adds its decode token to each engine step, and the new
 request sits through those steps: 1.5 of them before its first token (half the step under way,
 on average, and the step its prefill shares with them), then one per token it generates after
-the first. So the decode batch costs ``(1.5 + max_tokens - 1) × queue_len × decode_s_per_token``.
+the first. So the decode batch costs ``(1.5 + max_tokens - 1) × queue_len × decode_s_per_token``,
+where ``decode_s_per_token`` is the *marginal* seconds one more sequence adds to a step (a
+step's fixed part is paid whichever replica the request joins).
 Pricing the whole request, not only its first token, is what makes the router spread a hot
 prefix: a pull is paid once, while a bigger batch slows every token of the request (and, on a
 saturated engine, every request's throughput). Pricing only the first token, one of two nodes

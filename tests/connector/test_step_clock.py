@@ -1,26 +1,50 @@
-"""The scheduler's step clock: prefill seconds per token and decode seconds per sequence, from
-the times between the engine's own steps (pure: an injected clock)."""
+"""The scheduler's step clock: prefill seconds per token and the marginal decode seconds per
+sequence, from the times between the engine's own steps (pure: an injected clock)."""
 
 from __future__ import annotations
 
 import pytest
 
-from ray_kvmoq.connector.scheduler import _StepClock
+from ray_kvmoq.connector.scheduler import _StepClock, marginal_seconds
 
 
-def test_prefill_steps_give_seconds_per_prompt_token_and_decode_steps_seconds_per_sequence() -> (
+def test_prefill_steps_give_seconds_per_prompt_token_and_decode_steps_the_slope_per_sequence() -> (
     None
 ):
-    clock = _StepClock(period_s=2.5)
+    """Decode steps cost 0.1 s fixed plus 0.01 s per sequence: the clock reports the 0.01 s a
+    request adds to a step, not the 0.1 s + 0.01 s × n spread over the n sequences."""
+    clock = _StepClock(period_s=2.4)
     assert clock.step(0.0, 1024, 1024) == []  # a 1,024-token prefill step: 2 s
-    for t in (2.0, 2.2, 2.4):  # four sequences decoding: 0.2 s a step
-        assert clock.step(t, 4, 0) == []
-    out = {k: (v, n) for k, v, n in clock.step(2.6, 4, 0)}
+    t = 2.0
+    for n in (2, 4, 8):  # decode steps of 2, 4 and 8 sequences
+        assert clock.step(t, n, 0) == []
+        t += 0.1 + 0.01 * n
+    out = {k: (v, n) for k, v, n in clock.step(t, 4, 0)}
     assert out["prefill_s_per_token"] == (pytest.approx(2.0 / 1024), 1)
-    assert out["decode_s_per_token"] == (pytest.approx(0.2 / 4), 3)
-    assert clock.step(2.8, 4, 0) == []  # the sums and the period restart after a report
-    out = {k: (v, n) for k, v, n in clock.step(5.2, 4, 0)}
-    assert out == {"decode_s_per_token": (pytest.approx((0.2 + 2.4) / 8), 2)}
+    assert out["decode_s_per_token"] == (pytest.approx(0.01), 3)
+    assert clock.step(t + 0.1, 4, 0) == []  # the samples and the period restart after a report
+
+
+def test_decode_steps_of_one_size_give_no_slope_until_a_size_differs() -> None:
+    """Steps that all ran 4 sequences cannot split fixed from per-sequence cost: nothing is
+    reported (the board keeps its last figure), and the steps are kept for a later period."""
+    clock = _StepClock(period_s=1.0)
+    t = 0.0
+    for _ in range(10):
+        assert clock.step(t, 4, 0) == []
+        t += 0.3
+    out = {k: (v, n) for k, v, n in clock.step(t, 6, 0)}
+    assert "decode_s_per_token" not in out
+    out = {k: (v, n) for k, v, n in clock.step(t + 0.5, 6, 0)}  # a 6-sequence step of 0.5 s
+    assert out["decode_s_per_token"] == (pytest.approx(0.1), 11)
+
+
+def test_marginal_seconds_is_the_least_squares_slope_clamped_at_zero() -> None:
+    assert marginal_seconds([]) is None
+    assert marginal_seconds([(4, 0.2)]) is None
+    assert marginal_seconds([(4, 0.2), (4, 0.3)]) is None
+    assert marginal_seconds([(1, 0.1), (3, 0.3), (2, 0.2)]) == pytest.approx(0.1)
+    assert marginal_seconds([(1, 0.3), (3, 0.1)]) == 0.0  # noise can slope down: not negative
 
 
 def test_a_decode_step_followed_by_a_prefill_or_by_nothing_is_not_timed() -> None:
