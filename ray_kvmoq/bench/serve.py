@@ -13,9 +13,10 @@ repetition: a b c, c b a, ...):
 * **c** — ours with KV reuse off (no prefix cache, connector neither loads nor publishes);
 
 each at 1 and 2 replicas (one per node; each node's engines bind to their own half of the
-machine's cores, as on two real nodes, unless ``--engine-cores shared``; every engine gets
-vLLM's default per-step token budget unless ``--max-num-batched-tokens`` sets another, the same
-for every row). Per row: TTFT mean/p50/p99, TPOT mean, requests/s and failed requests from the
+machine's cores, as on two real nodes, unless ``--engine-cores shared``; every engine gets the
+same per-step token budget, ``--max-num-batched-tokens``: by default the one our apps use on CPU,
+:data:`~ray_kvmoq.serving.engine_args.CPU_STEP_BUDGET`, as a Ray Serve LLM user who tuned it
+would; vLLM's own 2,048 stalls every row for seconds a step). Per row: TTFT mean/p50/p99, TPOT mean, requests/s and failed requests from the
 client's result file, and reused prompt tokens from vLLM's own counters
 (``vllm:prefix_cache_hits`` + ``vllm:external_prefix_cache_hits``, scraped from every node's Ray
 metrics endpoint), and the prompt tokens each node computed, and the cores each part of the
@@ -45,6 +46,7 @@ from typing import Any
 import click
 
 from ray_kvmoq.bench.cpu import CpuSampler
+from ray_kvmoq.serving.engine_args import CPU_STEP_BUDGET, step_budget
 
 ROWS = ("a", "b", "c")
 ROW_NAMES = {
@@ -72,22 +74,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-VLLM_CPU_MAX_NUM_SEQS = 128
-"""vLLM's default ``max_num_seqs`` on its CPU backend (its engine log says so at start)."""
-
-
-def step_budget(max_num_batched_tokens: int | None) -> dict[str, int]:
-    """vLLM engine arguments for a per-step token budget (empty: vLLM's default, 2,048 tokens on
-    CPU). ``max_num_seqs`` follows it down where it would exceed it (vLLM refuses a budget
-    smaller than the sequences it may batch)."""
-    if max_num_batched_tokens is None:
-        return {}
-    out = {"max_num_batched_tokens": max_num_batched_tokens}
-    if max_num_batched_tokens < VLLM_CPU_MAX_NUM_SEQS:
-        out["max_num_seqs"] = max_num_batched_tokens
-    return out
 
 
 def _stock_app(
@@ -369,7 +355,7 @@ def run_bench(
     *, rows: list[str], replicas: list[int], datasets: list[str], num_prompts: int, rate: float,
     prefix_len: int, suffix_len: int, num_prefixes: int, output_len: int, datagram: int,
     repeat: int = 1, kv_cache_mb: int = 1024, split_cores: bool = True,
-    max_num_batched_tokens: int | None = None,
+    max_num_batched_tokens: int = CPU_STEP_BUDGET,
 ) -> dict[str, Any]:  # fmt: skip
     """Run every (row, replicas, repetition), each on a fresh cluster; see the module docstring."""
     from ray import serve
@@ -391,7 +377,7 @@ def run_bench(
         "prefix_len": prefix_len, "suffix_len": suffix_len, "num_prefixes": num_prefixes,
         "output_len": output_len, "relay_datagram_size": datagram, "kv_cache_mb": kv_cache_mb,
         "engine_cores": "split" if split_cores else "shared",
-        "max_num_batched_tokens": max_num_batched_tokens or "vLLM default",
+        "max_num_batched_tokens": max_num_batched_tokens,
     }}  # fmt: skip
     runs: dict[str, list[dict[str, Any]]] = {}
     for dataset, n, rep, row in run_order(rows, replicas, datasets, repeat):
@@ -633,16 +619,17 @@ def _csv(kind: type, value: str) -> list[Any]:
 @click.option(
     "--max-num-batched-tokens",
     type=click.IntRange(16, 1 << 20),
-    default=None,
-    help="vLLM's per-step token budget, every row alike (default: vLLM's, 2048 on CPU). On CPU "
-    "a step's time grows with its tokens, and streams stall and aborts wait for the step; "
-    "below 128 max_num_seqs follows it down.",
+    default=CPU_STEP_BUDGET,
+    show_default=True,
+    help="vLLM's per-step token budget, every row alike (the default is what our apps use on "
+    "CPU; 2048 is vLLM's own CPU default). On CPU a step's time grows with its tokens, and "
+    "streams stall and aborts wait for the step; below 128 max_num_seqs follows it down.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object keyed by row.")
 def serve(
     rows: str, replicas: str, datasets: str, num_prompts: int, rate: float, prefix_len: int,
     suffix_len: int, num_prefixes: int, output_len: int, datagram: int, kv_cache_mb: int,
-    repeat: int, out: Path, engine_cores: str, max_num_batched_tokens: int | None, as_json: bool,
+    repeat: int, out: Path, engine_cores: str, max_num_batched_tokens: int, as_json: bool,
 ) -> None:  # fmt: skip
     """Stock Ray Serve LLM vs ours vs ours without reuse, with vLLM's benchmark client, on a
     private 2-node Ray cluster (CPU: tens of minutes)."""

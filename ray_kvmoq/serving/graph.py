@@ -32,6 +32,7 @@ from ray_kvmoq.kvcache.layout import KVGeometry
 from ray_kvmoq.kvcache.registry import get_codec
 
 from .app import RAY_NAMESPACE, AppArgs, ReplicaArgs, model_geometry
+from .engine_args import CPU_STEP_BUDGET, step_budget
 from .prefill_wait import PREFILL_TIMEOUT_KEY
 
 __all__ = ["build_app", "kv_model_name", "prepare_cluster", "probe_pulls"]
@@ -159,6 +160,9 @@ def _llm_config(args: AppArgs, r: ReplicaArgs, role: str, deployment: str) -> An
     if not gpu:
         engine["enforce_eager"] = True  # vLLM's compiled CPU mode: slower start, wrong text here
         engine["kv_cache_memory_bytes"] = int(args.kv_cache_gib * (1 << 30))
+        # vLLM's 2,048-token CPU steps stall every stream for seconds (engine_args.py)
+        budget = args.engine_kwargs.get("max_num_batched_tokens", CPU_STEP_BUDGET)
+        engine.update(step_budget(budget))
     engine.update(args.engine_kwargs)
     bundle: dict[str, float] = {"CPU": r.num_cpus}
     if gpu:

@@ -196,9 +196,7 @@ def test_a_step_budget_reaches_the_stock_and_our_engines_alike(monkeypatch: Any)
     budget = {"max_num_batched_tokens": 64, "max_num_seqs": 64}
     assert seen == {"a": budget, "b": budget, "c": budget}
     assert res["workload"]["max_num_batched_tokens"] == 64
-    assert serve.step_budget(None) == {} and serve.step_budget(512) == {
-        "max_num_batched_tokens": 512
-    }
+    assert serve.step_budget(512) == {"max_num_batched_tokens": 512}
 
 
 def test_the_step_budget_goes_into_the_stock_and_our_engines_arguments() -> None:
@@ -211,3 +209,19 @@ def test_the_step_budget_goes_into_the_stock_and_our_engines_arguments() -> None
     ours = _llm_config(args, args.server, "kv_both", "server").engine_kwargs
     assert stock["max_num_batched_tokens"] == ours["max_num_batched_tokens"] == 128
     assert "max_num_seqs" not in stock and "max_num_seqs" not in ours  # 128: vLLM's default
+
+
+def test_our_cpu_apps_get_the_cpu_step_budget_unless_engine_kwargs_set_one() -> None:
+    from ray_kvmoq.serving.app import AppArgs, ReplicaArgs
+    from ray_kvmoq.serving.engine_args import CPU_STEP_BUDGET
+    from ray_kvmoq.serving.graph import _llm_config
+
+    def engine(**kw: Any) -> dict[str, Any]:
+        args = AppArgs(mode="combined", server=ReplicaArgs(num_replicas=1), **kw)
+        return dict(_llm_config(args, args.server, "kv_both", "server").engine_kwargs)
+
+    assert engine()["max_num_batched_tokens"] == CPU_STEP_BUDGET
+    set_64 = engine(engine_kwargs={"max_num_batched_tokens": 64})
+    assert set_64["max_num_batched_tokens"] == set_64["max_num_seqs"] == 64
+    gpu = engine(device="gpu")
+    assert "max_num_batched_tokens" not in gpu  # GPUs keep vLLM's own budget
