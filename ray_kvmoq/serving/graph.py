@@ -183,6 +183,8 @@ def _llm_config(args: AppArgs, r: ReplicaArgs, role: str, deployment: str) -> An
                 "codec": args.codec(),
                 "deployment": deployment,
                 "ray_namespace": RAY_NAMESPACE,
+                "engine_prefix_cache": engine["enable_prefix_caching"],
+                "kv_reuse": args.kv_reuse,
             },
             "request_routing_stats_period_s": args.routing_stats_period_s,
             "request_routing_stats_timeout_s": 5.0,

@@ -25,7 +25,11 @@ falls through when the best one is full. Lookups are bounded (a slow directory m
 without KV information, never a stuck request).
 
 ``request_router_kwargs``: ``kv_model``, ``model_dir``, ``chunk_size``, ``bytes_per_token``,
-``codec``, ``tenant_salt``, ``deployment`` (metrics label), ``ray_namespace``.
+``codec``, ``tenant_salt``, ``deployment`` (metrics label), ``ray_namespace``, and what the
+engines can reuse: ``engine_prefix_cache`` (vLLM's prefix cache is on: a replica holds what it
+was sent) and ``kv_reuse`` (the connector loads from the relays: the directory matters). With
+both off every ranking is ``pow2``: remembering where a prefix went would only pile every repeat
+of it onto one replica that cannot reuse it.
 """
 
 from __future__ import annotations
@@ -265,6 +269,8 @@ class KVRouter(RequestRouter):
         self._salt = str(kwargs.get("tenant_salt", "public"))
         self._label = str(kwargs.get("deployment", "llm"))
         self._ns = str(kwargs.get("ray_namespace", "kvmoq"))
+        self._engine_cache = bool(kwargs.get("engine_prefix_cache", True))
+        self._kv_reuse = bool(kwargs.get("kv_reuse", True))
         self._rng = random.Random()
         self._recent: dict[str, OrderedDict[str, None]] = {}
         self._pending: OrderedDict[int, list[str]] = OrderedDict()
@@ -371,8 +377,8 @@ class KVRouter(RequestRouter):
         )
         if keys is None:
             return None
-        short = [_short(h) for h in keys.hashes]
-        usable = max(0, (keys.tokens - 1) // self._chunk)
+        short = [_short(h) for h in keys.hashes] if self._engine_cache else []
+        usable = max(0, (keys.tokens - 1) // self._chunk) if self._kv_reuse else 0
         holders = await self._holders(keys.hashes[:usable]) if usable else []
         return RequestView(
             prompt_tokens=keys.tokens,

@@ -135,3 +135,33 @@ def test_the_tokenizer_loads_in_the_background_when_the_router_starts() -> None:
     hits = prompts._load_tokenizer.cache_info().hits
     prompts._tokenizer(model_dir)
     assert prompts._load_tokenizer.cache_info().hits == hits + 1  # already loaded
+
+
+def test_engines_without_reuse_get_no_affinity_and_no_directory_lookups() -> None:
+    """Reuse off (bench row c): the router neither asks the directory nor remembers where a
+    prefix went, so every ranking is ``pow2``; with reuse on, the same prompt's second ranking
+    follows the first to its replica's engine cache."""
+    from types import SimpleNamespace
+
+    from ray_kvmoq.connector.figures import FiguresSnapshot
+    from ray_kvmoq.engine.loader import cached_builtin_dir
+    from ray_kvmoq.serving.costmodel import Candidate
+    from ray_kvmoq.serving.router import rank
+
+    model_dir = str(cached_builtin_dir())
+    request = SimpleNamespace(prompt=list(range(1, 8 * 128 + 40)), max_tokens=4)
+    figures = FiguresSnapshot(values={"prefill_s_per_token": {"A": 1e-3, "B": 1e-3}})
+
+    def second_outcome(**flags: bool) -> tuple[str, int]:
+        d = _Directory({})
+        r = KVRouter.__new__(KVRouter)
+        r.initialize_state(kv_model="m", model_dir=model_dir, bytes_per_token=1.0, **flags)
+        r._directory = d
+        view = asyncio.run(r._view(request))
+        assert view is not None and view.prompt_tokens == 8 * 128 + 39
+        sent_to = {"A": frozenset(view.hashes), "B": frozenset()}
+        cands = [Candidate(key=k, node_id=k, queue_len=0, recent=sent_to[k]) for k in "AB"]
+        return rank(view, cands, figures, r._rng)[1], d.calls
+
+    assert second_outcome() == ("cost", 1)
+    assert second_outcome(engine_prefix_cache=False, kv_reuse=False) == ("pow2", 0)
