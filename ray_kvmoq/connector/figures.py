@@ -16,15 +16,32 @@ Figures (``kind`` → per-node value):
   MoQT plus verify, decode and write);
 * ``local_s_per_byte`` — the same for bytes this node's relay already held (zero-copy read).
 
+A node's figure only changes when that node does the work it measures, so a figure measured
+badly (a start-up probe beside another engine's start) would keep the router from ever sending
+that node the work that would correct it. A figure not refreshed for :data:`STALE_S` seconds
+therefore reads as the median of the other nodes' fresh figures of its kind, where any exist:
+the node gets work again and measures itself anew (a node that really is slower is tried
+again once a minute and pushed back by its new measurements).
+
 :class:`Figures` is the plain (Ray-free, clock-injected) table; the actor wraps it.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["FIGURES_NAME", "KINDS", "Figures", "FiguresBoard", "FiguresSnapshot", "figures_board"]
+__all__ = [
+    "FIGURES_NAME",
+    "KINDS",
+    "STALE_S",
+    "Figures",
+    "FiguresBoard",
+    "FiguresSnapshot",
+    "figures_board",
+]
 
 FIGURES_NAME = "kvmoq_figures"
 """Actor name of the board (in the relays' Ray namespace)."""
@@ -33,6 +50,9 @@ KINDS = ("prefill_s_per_token", "decode_s_per_token", "pull_s_per_byte", "local_
 """The figures the board keeps."""
 
 _ALPHA = 0.3
+
+STALE_S = 60.0
+"""Seconds after its last measurement a node's figure gives way to its peers' fresh ones."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,33 +63,54 @@ class FiguresSnapshot:
     """kind → node id → value."""
     samples: dict[str, dict[str, int]] = field(default_factory=dict)
     """kind → node id → how many measurements went in."""
+    ages: dict[str, dict[str, float]] = field(default_factory=dict)
+    """kind → node id → seconds since its last measurement, when the snapshot was taken."""
 
     def get(self, kind: str, node_id: str) -> float | None:
-        """The node's figure, else the median over nodes that have one, else None."""
+        """The node's figure while fresh; else the median over the fresh figures of the other
+        nodes; else the node's own (however old); for a node with none, the median over all
+        nodes; else None."""
         per_node = self.values.get(kind, {})
-        if node_id in per_node:
-            return per_node[node_id]
-        vals = sorted(per_node.values())
-        return vals[len(vals) // 2] if vals else None
+        ages = self.ages.get(kind, {})
+        own = per_node.get(node_id)
+        if own is not None and ages.get(node_id, 0.0) <= STALE_S:
+            return own
+        fresh = [v for n, v in per_node.items() if n != node_id and ages.get(n, 0.0) <= STALE_S]
+        if fresh:
+            return _median(fresh)
+        if own is not None:
+            return own
+        return _median(list(per_node.values()))
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dicts (for Serve routing stats, ``kvmoq inspect``, benches)."""
-        return {"values": self.values, "samples": self.samples}
+        return {"values": self.values, "samples": self.samples, "ages": self.ages}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> FiguresSnapshot:
         """The inverse of :meth:`to_dict` (tolerates missing keys)."""
         d = d or {}
-        return cls(values=dict(d.get("values", {})), samples=dict(d.get("samples", {})))
+        return cls(
+            values=dict(d.get("values", {})),
+            samples=dict(d.get("samples", {})),
+            ages=dict(d.get("ages", {})),
+        )
+
+
+def _median(vals: list[float]) -> float | None:
+    vals = sorted(vals)
+    return vals[len(vals) // 2] if vals else None
 
 
 class Figures:
     """Exponentially weighted figures per (kind, node)."""
 
-    def __init__(self, alpha: float = _ALPHA) -> None:
+    def __init__(self, alpha: float = _ALPHA, clock: Callable[[], float] = time.monotonic) -> None:
         self._alpha = alpha
+        self._clock = clock
         self._values: dict[str, dict[str, float]] = {k: {} for k in KINDS}
         self._samples: dict[str, dict[str, int]] = {k: {} for k in KINDS}
+        self._at: dict[str, dict[str, float]] = {k: {} for k in KINDS}
 
     def report(self, kind: str, node_id: str, value: float, weight: int = 1) -> None:
         """Fold a measurement in (``weight`` measurements averaging ``value``)."""
@@ -82,12 +123,15 @@ class Figures:
         a = 1 - (1 - self._alpha) ** max(1, weight)
         per_node[node_id] = value if old is None else old + a * (value - old)
         self._samples[kind][node_id] = self._samples[kind].get(node_id, 0) + max(1, weight)
+        self._at[kind][node_id] = self._clock()
 
     def snapshot(self) -> FiguresSnapshot:
         """A copy of the current figures."""
+        now = self._clock()
         return FiguresSnapshot(
             values={k: dict(v) for k, v in self._values.items()},
             samples={k: dict(v) for k, v in self._samples.items()},
+            ages={k: {n: now - at for n, at in v.items()} for k, v in self._at.items()},
         )
 
 

@@ -11,7 +11,7 @@ import random
 
 import pytest
 
-from ray_kvmoq.connector.figures import Figures, FiguresSnapshot
+from ray_kvmoq.connector.figures import STALE_S, Figures, FiguresSnapshot
 from ray_kvmoq.serving.costmodel import Candidate, NodeFigures, RequestView, plan
 from ray_kvmoq.serving.router import (
     DEFAULT_MAX_TOKENS,
@@ -136,6 +136,24 @@ def test_a_bad_measurement_never_poisons_the_figures() -> None:
         f.report("prefill_s_per_token", "A", bad)
     assert f.snapshot().get("prefill_s_per_token", "A") == 1e-3
     assert f.snapshot().get("prefill_s_per_token", "unmeasured-node") == 1e-3  # the median
+
+
+def test_a_node_starved_by_a_bad_figure_is_priced_at_its_peers_figure_once_it_goes_stale() -> None:
+    """B's start-up probe ran beside A's engine start (9 ms/token, A measures 1 ms): the cost
+    ranking sends B nothing, so B never measures again. After ``STALE_S`` without a report B
+    reads as A's fresh figure and gets work; A's own figure, still fresh, is kept."""
+    now = [0.0]
+    f = Figures(clock=lambda: now[0])
+    f.report("prefill_s_per_token", "B", 9e-3)
+    for t in range(0, 121, 5):  # A keeps serving and reporting
+        now[0] = float(t)
+        f.report("prefill_s_per_token", "A", 1e-3)
+        snap = FiguresSnapshot.from_dict(f.snapshot().to_dict())  # as the router receives it
+        expected_b = 9e-3 if t <= STALE_S else 1e-3
+        assert snap.get("prefill_s_per_token", "B") == pytest.approx(expected_b)
+        assert snap.get("prefill_s_per_token", "A") == pytest.approx(1e-3)
+    now[0] = 1000.0  # nobody fresh: each node keeps its own, however old
+    assert f.snapshot().get("prefill_s_per_token", "B") == pytest.approx(9e-3)
 
 
 def _ranked_burst(n: int, load: ReplicaLoad, now: float, suffix: int) -> list[str]:
