@@ -21,7 +21,11 @@ badly (a start-up probe beside another engine's start) would keep the router fro
 that node the work that would correct it. A figure not refreshed for :data:`STALE_S` seconds
 therefore reads as the median of the other nodes' fresh figures of its kind, where any exist:
 the node gets work again and measures itself anew (a node that really is slower is tried
-again once a minute and pushed back by its new measurements).
+again once a minute and pushed back by its new measurements). Start-up probes report
+*provisional* figures: the first measurement of real work replaces a provisional figure
+instead of averaging with it, and until then the node reads as the lower of its probe and
+its peers' fresh measured median (a probe run beside another engine's start measured 10 ms a
+token where the node's real steps take 1.3 ms, and priced that node out).
 
 :class:`Figures` is the plain (Ray-free, clock-injected) table; the actor wraps it.
 """
@@ -65,6 +69,9 @@ class FiguresSnapshot:
     """kind → node id → how many measurements went in."""
     ages: dict[str, dict[str, float]] = field(default_factory=dict)
     """kind → node id → seconds since its last measurement, when the snapshot was taken."""
+    provisional: dict[str, list[str]] = field(default_factory=dict)
+    """kind → the nodes whose figure is a start-up probe's, not yet a measurement of real
+    work."""
 
     def get(self, kind: str, node_id: str) -> float | None:
         """The node's figure while fresh; else the median over the fresh figures of the other
@@ -72,8 +79,17 @@ class FiguresSnapshot:
         nodes; else None."""
         per_node = self.values.get(kind, {})
         ages = self.ages.get(kind, {})
+        probed = set(self.provisional.get(kind, ()))
         own = per_node.get(node_id)
         if own is not None and ages.get(node_id, 0.0) <= STALE_S:
+            if node_id in probed:
+                measured = [
+                    v
+                    for n, v in per_node.items()
+                    if n != node_id and n not in probed and ages.get(n, 0.0) <= STALE_S
+                ]
+                if measured:
+                    return min(own, _median(measured) or own)
             return own
         fresh = [v for n, v in per_node.items() if n != node_id and ages.get(n, 0.0) <= STALE_S]
         if fresh:
@@ -84,7 +100,12 @@ class FiguresSnapshot:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dicts (for Serve routing stats, ``kvmoq inspect``, benches)."""
-        return {"values": self.values, "samples": self.samples, "ages": self.ages}
+        return {
+            "values": self.values,
+            "samples": self.samples,
+            "ages": self.ages,
+            "provisional": self.provisional,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> FiguresSnapshot:
@@ -94,6 +115,7 @@ class FiguresSnapshot:
             values=dict(d.get("values", {})),
             samples=dict(d.get("samples", {})),
             ages=dict(d.get("ages", {})),
+            provisional=dict(d.get("provisional", {})),
         )
 
 
@@ -111,15 +133,27 @@ class Figures:
         self._values: dict[str, dict[str, float]] = {k: {} for k in KINDS}
         self._samples: dict[str, dict[str, int]] = {k: {} for k in KINDS}
         self._at: dict[str, dict[str, float]] = {k: {} for k in KINDS}
+        self._probed: dict[str, set[str]] = {k: set() for k in KINDS}
 
-    def report(self, kind: str, node_id: str, value: float, weight: int = 1) -> None:
-        """Fold a measurement in (``weight`` measurements averaging ``value``)."""
+    def report(
+        self, kind: str, node_id: str, value: float, weight: int = 1, provisional: bool = False
+    ) -> None:
+        """Fold a measurement in (``weight`` measurements averaging ``value``); a
+        ``provisional`` one (a start-up probe) only stands in until real work is measured."""
         if kind not in self._values:
             raise ValueError(f"unknown figure {kind!r}; known: {', '.join(KINDS)}")
         if not value > 0 or value != value:  # rejects zero, negatives and NaN
             return
         per_node = self._values[kind]
+        probed = self._probed[kind]
         old = per_node.get(node_id)
+        if provisional:
+            if old is not None and node_id not in probed:
+                return  # real work already measured this node
+            probed.add(node_id)
+        elif node_id in probed:
+            probed.discard(node_id)
+            old = None  # the first real measurement replaces the probe's
         a = 1 - (1 - self._alpha) ** max(1, weight)
         per_node[node_id] = value if old is None else old + a * (value - old)
         self._samples[kind][node_id] = self._samples[kind].get(node_id, 0) + max(1, weight)
@@ -132,6 +166,7 @@ class Figures:
             values={k: dict(v) for k, v in self._values.items()},
             samples={k: dict(v) for k, v in self._samples.items()},
             ages={k: {n: now - at for n, at in v.items()} for k, v in self._at.items()},
+            provisional={k: sorted(v) for k, v in self._probed.items() if v},
         )
 
 
@@ -144,9 +179,11 @@ class FiguresBoard:
         self._f = Figures()
         self._counters: dict[str, dict[str, Any]] = {}
 
-    def report(self, kind: str, node_id: str, value: float, weight: int = 1) -> None:
-        """Fold a measurement in."""
-        self._f.report(kind, node_id, value, weight)
+    def report(
+        self, kind: str, node_id: str, value: float, weight: int = 1, provisional: bool = False
+    ) -> None:
+        """Fold a measurement in (see :meth:`Figures.report`)."""
+        self._f.report(kind, node_id, value, weight, provisional)
 
     def snapshot(self) -> dict[str, Any]:
         """The figures as plain dicts (:meth:`FiguresSnapshot.to_dict`)."""

@@ -208,8 +208,18 @@ def test_a_prefix_computed_on_one_node_is_pulled_over_moqt_by_a_replica_on_anoth
         - before_c.get(src, {}).get("tokens_matched_remote", 0)
         for src, v in after_c.items()
     }
-    assert max(pulled.values()) >= 2 * 128 * 23_052, json.dumps(pulled)
-    assert max(remote_tokens.values()) >= 256, json.dumps(remote_tokens)
+    why = json.dumps({"pulled": pulled, "remote_tokens": remote_tokens, "figures": _figures()})
+    assert max(pulled.values()) >= 2 * 128 * 23_052, why
+    assert max(remote_tokens.values()) >= 256, why
+
+
+def _figures() -> dict[str, Any]:
+    """The figures the router priced with (for a failure's message)."""
+    import ray
+
+    from ray_kvmoq.connector.figures import figures_board
+
+    return dict(ray.get(figures_board().snapshot.remote(), timeout=30))
 
 
 def _engine_counters_settled(before: dict[str, int], key: str, at_least: int) -> dict[str, int]:

@@ -156,6 +156,27 @@ def test_a_node_starved_by_a_bad_figure_is_priced_at_its_peers_figure_once_it_go
     assert f.snapshot().get("prefill_s_per_token", "B") == pytest.approx(9e-3)
 
 
+def test_a_start_up_probe_stands_in_only_until_real_work_is_measured() -> None:
+    """B's probe ran beside A's engine start (10 ms/token; B's real steps take 1.3 ms): while
+    only the probe speaks for B it reads no higher than A's measured figure, the first
+    measurement of B's real work replaces the probe instead of averaging with it, and a later
+    probe (a replica restart) does not overwrite real measurements."""
+    f = Figures(clock=lambda: 0.0)
+    f.report("prefill_s_per_token", "B", 10e-3, provisional=True)
+    assert f.snapshot().get("prefill_s_per_token", "B") == pytest.approx(10e-3)  # no peer yet
+    f.report("prefill_s_per_token", "A", 1.2e-3, weight=5)
+    snap = FiguresSnapshot.from_dict(f.snapshot().to_dict())
+    assert snap.provisional == {"prefill_s_per_token": ["B"]}
+    assert snap.get("prefill_s_per_token", "B") == pytest.approx(1.2e-3)
+    f.report("prefill_s_per_token", "B", 1.3e-3, weight=1)
+    assert f.snapshot().get("prefill_s_per_token", "B") == pytest.approx(1.3e-3)
+    assert f.snapshot().provisional == {}
+    f.report("prefill_s_per_token", "B", 10e-3, provisional=True)
+    assert f.snapshot().get("prefill_s_per_token", "B") == pytest.approx(1.3e-3)
+    f.report("prefill_s_per_token", "C", 0.5e-3, provisional=True)  # a fast probe is kept
+    assert f.snapshot().get("prefill_s_per_token", "C") == pytest.approx(0.5e-3)
+
+
 def _ranked_burst(n: int, load: ReplicaLoad, now: float, suffix: int) -> list[str]:
     """``n`` requests for one 8-chunk prefix held on A plus ``suffix`` tokens of their own,
     ranked in one instant (Serve's concurrent routing tasks), each claiming its first choice with
