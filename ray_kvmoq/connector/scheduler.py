@@ -83,6 +83,9 @@ class _Req:
     right now; load what the directory knows by hash and wait for the rest on the track."""
     handoff: str = ""
     """The PD hand-off id decode's serving layer gave this request (see ``LoadSpec.handoff``)."""
+    probe: bool = False
+    """A start-up prefill probe: it times itself, and the step clock skips its steps (the
+    engine's first steps pay one-time warm-up, seconds that say nothing of its speed)."""
     lookup_ref: Any = None
     lookup_deadline: float = 0.0
     sources: list[GroupSource | None] = field(default_factory=list)
@@ -159,6 +162,7 @@ class SchedulerSide:
             follow=ours.get("follow") is True,
             handoff=ours["handoff"] if isinstance(ours.get("handoff"), str) else "",
             always_pull=ours.get("pull") == "always",
+            probe=ours.get("probe") is True,
         )
         self._reqs[st.req_id] = st
         return st
@@ -389,11 +393,15 @@ class SchedulerSide:
     def _time_step(self, out: SchedulerOutput) -> None:
         """Feed the step clock; report this node's prefill and decode figures now and then."""
         prefill = 0
+        total = 0
         for req_id, n in out.num_scheduled_tokens.items():
             st = self._reqs.get(req_id)
+            if st is not None and st.probe:
+                prefill = total = 0  # an untimed step (the clock skips it)
+                break
             if st is not None and n > 1:
                 prefill += n
-        total = sum(out.num_scheduled_tokens.values())
+            total += n
         for kind, value, steps in self._clock.step(time.monotonic(), total, prefill):
             self.bridge.report(kind, value, steps)
 

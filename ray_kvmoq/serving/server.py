@@ -83,7 +83,9 @@ class KVServerMixin:
         vocab = int(client.model_config.get_vocab_size())
         params = SamplingParams(
             max_tokens=1,
-            extra_args={"kv_transfer_params": {"kvmoq": {"load": False, "publish": False}}},
+            extra_args={
+                "kv_transfer_params": {"kvmoq": {"load": False, "publish": False, "probe": True}}
+            },
         )
         took = []
         for _ in range(2):  # the first run also pays one-time warm-up

@@ -65,3 +65,28 @@ def test_mixed_and_small_steps_are_neither_prefill_nor_decode() -> None:
     clock.step(0.0, 200, 100)  # half prefill: neither figure
     clock.step(1.0, 64, 64)  # a prefill under 128 tokens: too small to time
     assert clock.step(2.0, 1, 0) == []
+
+
+def test_the_scheduler_does_not_time_steps_that_run_a_start_up_probe() -> None:
+    """The probe's first steps pay the engine's one-time warm-up (a 128-token step measured
+    21 ms a token against 1.3 ms in real steps): steps with a probe in them are not timed."""
+    from types import SimpleNamespace
+    from typing import Any
+
+    from tests.connector.test_pull_decision import _side
+
+    side = _side(1e-8)
+    seen: list[tuple[int, int]] = []
+    side._clock.step = lambda now, tokens, prefill: seen.append((tokens, prefill)) or []  # type: ignore[method-assign]
+
+    def req(rid: str, probe: bool) -> Any:
+        params = {"kvmoq": {"load": False, "publish": False, "probe": True}} if probe else None
+        return SimpleNamespace(request_id=rid, kv_transfer_params=params, cache_salt=None,
+                               prompt_token_ids=list(range(512)))  # fmt: skip
+
+    side._state(req("probe", True))
+    side._state(req("real", False))
+    side._time_step(SimpleNamespace(num_scheduled_tokens={"probe": 128, "other": 1}))
+    side._time_step(SimpleNamespace(num_scheduled_tokens={"real": 128, "other": 1}))
+    assert seen == [(0, 0), (129, 128)]
+    assert side._reqs["probe"].probe and not side._reqs["real"].probe
