@@ -177,8 +177,10 @@ def test_a_prefix_computed_on_one_node_is_pulled_over_moqt_by_a_replica_on_anoth
     system = " ".join(words[:900])
     salt = uuid.uuid4().hex
 
+    rest = words[900:] * 2  # the text has ~1,650 words: each question starts elsewhere in it
+
     def ask(i: int) -> Any:
-        own = " ".join(words[900 + 400 * i : 900 + 400 * (i + 1)])  # ~500 tokens of its own
+        own = " ".join(rest[37 * i : 37 * i + 600])  # ~750 tokens of its own
         return c.chat.completions.create(
             model=MODEL,
             messages=[
