@@ -14,10 +14,11 @@ repetition: a b c, c b a, ...):
 
 each at 1 and 2 replicas (one per node; each node's engines bind to their own half of the
 machine's cores, as on two real nodes, unless ``--engine-cores shared``; every engine gets the
-same per-step token budget, ``--max-num-batched-tokens``: by default the one our apps use on CPU,
-:data:`~ray_kvmoq.serving.engine_args.CPU_STEP_BUDGET`, as a Ray Serve LLM user who tuned it
-would; vLLM's own 2,048 stalls every row for seconds a step). Per row: TTFT mean/p50/p99, TPOT mean, requests/s and failed requests from the
-client's result file, and reused prompt tokens from vLLM's own counters
+same per-step token budget, ``--max-num-batched-tokens``: by default the one our apps use on
+CPU, :data:`~ray_kvmoq.serving.engine_args.CPU_STEP_BUDGET`, as a Ray Serve LLM user who tuned
+it would; vLLM's own 2,048 stalls every row for seconds a step). Per row: TTFT mean/p50/p99,
+TPOT mean, requests/s and failed requests from the client's result file, and reused prompt
+tokens from vLLM's own counters
 (``vllm:prefix_cache_hits`` + ``vllm:external_prefix_cache_hits``, scraped from every node's Ray
 metrics endpoint), and the prompt tokens each node computed, and the cores each part of the
 stack used while the client drove the row (``cpu_cores``: vLLM's workers, Serve's ingress, our

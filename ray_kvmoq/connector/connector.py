@@ -19,7 +19,8 @@ their banners). Roles: ``kv_both`` loads prefixes and publishes what it computes
 A request can switch loading or publishing off (``kv_transfer_params={"kvmoq": {"load": false,
 "publish": false}}``), pick another track compression (``{"kvmoq": {"codec": "Int8"}}``), or
 load remote groups even where the measured pull is slower than recompute (``{"kvmoq": {"pull":
-"always"}}``: benchmarks of the raw path).
+"always"}}``: benchmarks of the raw path), or mark itself a start-up probe (``{"kvmoq": {"probe":
+true}}``: it times itself, and the scheduler's step clock skips the steps it runs in).
 """
 
 from __future__ import annotations

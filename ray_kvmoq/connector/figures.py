@@ -89,14 +89,14 @@ class FiguresSnapshot:
                     if n != node_id and n not in probed and ages.get(n, 0.0) <= STALE_S
                 ]
                 if measured:
-                    return min(own, _median(measured) or own)
+                    return min(own, _median(measured))
             return own
         fresh = [v for n, v in per_node.items() if n != node_id and ages.get(n, 0.0) <= STALE_S]
         if fresh:
             return _median(fresh)
         if own is not None:
             return own
-        return _median(list(per_node.values()))
+        return _median(list(per_node.values())) if per_node else None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dicts (for Serve routing stats, ``kvmoq inspect``, benches)."""
@@ -119,9 +119,9 @@ class FiguresSnapshot:
         )
 
 
-def _median(vals: list[float]) -> float | None:
-    vals = sorted(vals)
-    return vals[len(vals) // 2] if vals else None
+def _median(vals: list[float]) -> float:
+    """The (upper) median of a non-empty list."""
+    return sorted(vals)[len(vals) // 2]
 
 
 class Figures:

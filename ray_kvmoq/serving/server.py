@@ -98,11 +98,7 @@ class KVServerMixin:
             took.append(time.perf_counter() - t0)
         s_per_token = min(took) / _PROBE_TOKENS
         figures_board().report.remote(
-            "prefill_s_per_token",
-            self._kv_node_id,
-            s_per_token,
-            1,
-            True,  # provisional
+            "prefill_s_per_token", self._kv_node_id, s_per_token, provisional=True
         )
         log.info("prefill probe: %.2f ms per token on node %s", s_per_token * 1e3, self._kv_node_id)
 
