@@ -67,6 +67,14 @@ class PagedLayout:
         """Write ``src`` ``[T, H, 2, D]`` into the tokens at (``blocks[i]``, ``offsets[i]``)."""
         raise NotImplementedError
 
+    def gather_layers(
+        self, layers: Sequence[torch.Tensor], blocks: torch.Tensor, offsets: torch.Tensor
+    ) -> torch.Tensor:
+        """The tokens at (``blocks[i]``, ``offsets[i]``) of every layer as one new
+        ``[L, 2, H, T, D]`` tensor (what :func:`gather_chunk` returns)."""
+        per_layer = [self.gather(layer, blocks, offsets) for layer in layers]  # [T, H, 2, D]
+        return torch.stack(per_layer).permute(0, 3, 2, 1, 4)
+
 
 class ChannelLayout(PagedLayout):
     """FlashAttention / FlashInfer: ``[B, H, N, 2, D]`` (K and V side by side per token)."""
@@ -116,6 +124,29 @@ class CpuLayout(PagedLayout):
         v = region[:, :, 1][..., self._inv_v].view(len(uniq), n_h, n_n, d)
         kv = torch.stack((k, v), dim=2)  # [nb, H, 2, N, D]
         return kv[where, :, :, offsets, :]  # [T, H, 2, D]
+
+    def gather_layers(
+        self, layers: Sequence[torch.Tensor], blocks: torch.Tensor, offsets: torch.Tensor
+    ) -> torch.Tensor:
+        """One ``index_select`` per layer, straight into the ``[L, 2, H, T, D]`` result: the
+        positions are the same in every layer, so they are worked out once. (Per layer,
+        :meth:`gather` copies the touched blocks, un-permutes K and V, stacks and indexes:
+        ~6.5 ms a 128-token group of SmolLM2's 30 layers here, inside the engine step, against
+        ~1 ms this way.)"""
+        if not layers or any(layer.shape != layers[0].shape for layer in layers):
+            return super().gather_layers(layers, blocks, offsets)
+        _, n_h, n_n, d = _check_layer(layers[0])
+        region = n_n * d  # one (block, head)'s K region, then its V region
+        inside = offsets.to(torch.long).view(1, -1, 1) * d + torch.arange(d).view(1, 1, d)
+        kv = torch.stack((self._inv_k[inside], self._inv_v[inside]))  # [2, 1, T, D]
+        heads = torch.arange(n_h).view(1, n_h, 1, 1)
+        base = (blocks.to(torch.long).view(1, 1, -1, 1) * n_h + heads) * 2  # [1, H, T, 1]
+        sides = torch.arange(2).view(2, 1, 1, 1)
+        index = ((base + sides) * region + kv).reshape(-1)  # [2, H, T, D] flat positions
+        out = torch.empty((len(layers), 2, n_h, len(blocks), d), dtype=layers[0].dtype)
+        for i, layer in enumerate(layers):
+            torch.index_select(layer.view(-1), 0, index, out=out[i].view(-1))
+        return out
 
     def scatter(
         self, layer: torch.Tensor, blocks: torch.Tensor, offsets: torch.Tensor, src: torch.Tensor
@@ -219,8 +250,7 @@ def gather_chunk(
 ) -> torch.Tensor:
     """The tokens at ``blocks``/``offsets`` of every layer as one ``[L, 2, H, T, D]`` tensor
     (the codecs' chunk layout), on the caches' device."""
-    per_layer = [layout.gather(caches[name], blocks, offsets) for name in layers]  # [T, H, 2, D]
-    return torch.stack(per_layer).permute(0, 3, 2, 1, 4)
+    return layout.gather_layers([caches[name] for name in layers], blocks, offsets)
 
 
 def scatter_chunk(

@@ -51,6 +51,7 @@ from ray_kvmoq.kvcache.naming import CODEBOOK_TRACK_SUFFIX, DEFAULT_CHUNK_SIZE
 
 from .bridge import HandoffLost, RelayBridge
 from .chunks import CODEBOOK_GROUP, Codebooks, decode_group, encode_chunk
+from .cores import pin_thread, spare_cores
 from .metadata import LoadSpec, MoqtConnectorMetadata, SaveSpec
 from .paged import LayerCaches, PagedLayout, gather_chunk, order_layers, scatter_chunk, slot_index
 from .stats import ConnectorCounters
@@ -126,8 +127,14 @@ class WorkerSide:
         self.layers: list[str] = []
         self.geometry: KVGeometry | None = None
         self.dtype: torch.dtype = torch.bfloat16
-        self._loader = ThreadPoolExecutor(max_workers=2, thread_name_prefix="kvmoq-load")
-        self._publisher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvmoq-publish")
+        self._spare: frozenset[int] = frozenset()
+        """Cores no engine thread is bound to: where this side's threads run (``cores.py``)."""
+        self._loader = ThreadPoolExecutor(
+            max_workers=2, thread_name_prefix="kvmoq-load", initializer=self._pin
+        )
+        self._publisher = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="kvmoq-publish", initializer=self._pin
+        )
         self._lock = threading.Lock()
         self._loading: dict[str, Future[bool]] = {}
         self._bad_blocks: set[int] = set()
@@ -150,15 +157,30 @@ class WorkerSide:
         self.geometry = KVGeometry(num_layers=len(self.layers), num_kv_heads=n_h, head_dim=d)
         self.dtype = first.dtype
         self.layout = self._make_layout(d, first.dtype)
+        # vLLM has bound its threads by now: this side's threads (started from here on) run on
+        # the cores it left spare, and Ray's threads too, as the bridge joins Ray from one
+        self._spare = spare_cores()
+        self._publisher.submit(self._join_ray)
         log.info(
-            "MoQT KV connector: %d layers, %d KV heads x %d, %s, block size %d, %r",
+            "MoQT KV connector: %d layers, %d KV heads x %d, %s, block size %d, %r, "
+            "threads on cores %s",
             len(self.layers),
             n_h,
             d,
             first.dtype,
             self.block_size,
             self.layout,
+            sorted(self._spare) or "of the engine (none spare)",
         )
+
+    def _pin(self) -> None:
+        pin_thread(self._spare)
+
+    def _join_ray(self) -> None:
+        try:
+            self.bridge.relay()
+        except Exception as exc:  # the first load or save tries again, and says why
+            log.warning("cannot reach the node relay yet: %s", exc)
 
     # ---- loads -----------------------------------------------------------------------------
 

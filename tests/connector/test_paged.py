@@ -147,3 +147,19 @@ def test_layers_are_ordered_by_index_not_by_name() -> None:
 def test_a_tensor_that_is_not_a_kv_layer_is_refused_with_its_shape() -> None:
     with pytest.raises(ValueError, match=r"\(4, 2, 16\)"):
         ChannelLayout().gather(torch.zeros(4, 2, 16), torch.tensor([0]), torch.tensor([0]))
+
+
+@pytest.mark.parametrize(
+    ("isa", "block_size"),
+    [(i, n) for i in _isas() for n in (16, 32, 128) if i != "amx" or n % 32 == 0],  # amx: 32k
+)
+def test_cpu_gather_of_all_layers_at_once_equals_the_layer_by_layer_gather(
+    isa: str, block_size: int
+) -> None:
+    layout = CpuLayout(isa, block_size, D, torch.bfloat16)
+    layers = [torch.randn(7, H, block_size, 2 * D).bfloat16() for _ in range(L)]
+    blocks, offsets = slot_index([6, 2, 4], 5, 2 * block_size + 9, block_size, torch.device("cpu"))
+    one_by_one = PagedLayout.gather_layers(layout, layers, blocks, offsets)
+    got = layout.gather_layers(layers, blocks, offsets)
+    assert got.shape == (L, 2, H, len(blocks), D)
+    assert torch.equal(got, one_by_one)
