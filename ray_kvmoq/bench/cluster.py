@@ -23,10 +23,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from ray_kvmoq.connector.cores import BIND_ENV
+
 __all__ = ["BIND_ENV", "core_halves", "scoped_env", "stdout_to_stderr", "two_node_cluster"]
-
-BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
-
 
 def core_halves(cpus: list[int]) -> tuple[str, str] | None:
     """The two nodes' core lists in ``VLLM_CPU_OMP_THREADS_BIND``'s form (``"0,1"``), the first

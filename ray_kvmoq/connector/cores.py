@@ -14,6 +14,13 @@ to; :func:`pin_thread` moves the calling thread there. The connector starts its 
 joins Ray from one of them) pinned that way, so encoding, digests and relay calls run beside the
 forward pass instead of inside its time slices. With no spare core (the engine binds every core
 the process may use) nothing changes.
+
+Only under vLLM's automatic binding (``VLLM_CPU_OMP_THREADS_BIND`` unset or ``auto``): there the
+cores it leaves are the ones it reserves for other work. An explicit binding names the cores of
+*this* engine only, and the rest may be another engine's: with ``kvmoq bench serve``'s two
+engines bound one core each, moving each worker's threads to the other core took the 2-replica
+row's TPOT to 207 ms against stock's 84 ms (docs/benchmarks.md). There the operator's layout
+stands, and the threads stay where vLLM started them.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["pin_thread", "spare_cores", "spare_of"]
+__all__ = ["BIND_ENV", "pin_thread", "spare_cores", "spare_of"]
 
 log = logging.getLogger(__name__)
 
@@ -68,13 +75,19 @@ def _parse_list(text: str) -> frozenset[int]:
     return frozenset(cores)
 
 
+BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
+
+
 def spare_cores() -> frozenset[int]:
     """The cores this process may use that none of its threads is bound to (empty when it
-    cannot tell, or when there are none).
+    cannot tell, when there are none, or when the engine's binding is not vLLM's automatic
+    one: see the module docstring).
 
     What the process may use is its parent's affinity (vLLM starts the worker from the engine
     core process, or runs it in that process, whose parent is unbound) together with this
     process's own threads' masks."""
+    if os.environ.get(BIND_ENV, "auto") != "auto":
+        return frozenset()
     try:
         masks = _thread_masks()
         allowed = set(os.sched_getaffinity(os.getppid()))

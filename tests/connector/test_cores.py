@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from ray_kvmoq.connector.cores import _parse_list, pin_thread, spare_cores, spare_of
+from ray_kvmoq.connector.cores import BIND_ENV, _parse_list, pin_thread, spare_cores, spare_of
 
 
 def test_spare_cores_are_the_allowed_ones_no_bound_thread_uses() -> None:
@@ -30,9 +30,10 @@ def test_the_kernels_cpu_list_format_is_parsed() -> None:
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
-def test_a_bound_thread_takes_its_core_out_of_the_spare_set_and_a_pinned_thread_runs_there() -> (
-    None
-):
+def test_a_bound_thread_takes_its_core_out_of_the_spare_set_and_a_pinned_thread_runs_there(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(BIND_ENV, raising=False)  # vLLM's automatic binding
     cores = sorted(os.sched_getaffinity(0))
     engine_core, rest = cores[0], frozenset(cores[1:])
     bound, release = threading.Event(), threading.Event()
@@ -58,6 +59,9 @@ def test_a_bound_thread_takes_its_core_out_of_the_spare_set_and_a_pinned_thread_
         c.join(10)
         assert seen["mask"] == rest
         assert os.sched_getaffinity(0) == set(cores)  # the calling thread itself is untouched
+        # an explicit binding is the operator's layout: the other cores may be another engine's
+        monkeypatch.setenv(BIND_ENV, str(engine_core))
+        assert spare_cores() == frozenset()
     finally:
         release.set()
         t.join(10)
