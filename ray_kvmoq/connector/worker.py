@@ -64,6 +64,7 @@ __all__ = ["WorkerSide"]
 log = logging.getLogger(__name__)
 
 _AC = b"AC"
+_JOIN_TIMEOUT_S = 120.0
 _ABANDONED_KEPT = 4096
 
 
@@ -158,9 +159,16 @@ class WorkerSide:
         self.dtype = first.dtype
         self.layout = self._make_layout(d, first.dtype)
         # vLLM has bound its threads by now: this side's threads (started from here on) run on
-        # the cores it left spare, and Ray's threads too, as the bridge joins Ray from one
+        # the cores it left spare, and Ray's threads too, as the bridge joins Ray from one. This
+        # thread waits for the join: ``join_ray`` keeps Ray's GCS subscriber ids off vLLM's
+        # seeded ``random`` only while nothing else draws from or seeds it, and vLLM's start-up
+        # does both on this thread (joining beside it, two engines' workers drew the same ids:
+        # the GCS busy loop, 0.3 of a core, came back; docs/benchmarks.md)
         self._spare = spare_cores()
-        self._publisher.submit(self._join_ray)
+        try:
+            self._publisher.submit(self._join_ray).result(timeout=_JOIN_TIMEOUT_S)
+        except TimeoutError:
+            log.warning("joining Ray took over %.0f s; going on without waiting", _JOIN_TIMEOUT_S)
         log.info(
             "MoQT KV connector: %d layers, %d KV heads x %d, %s, block size %d, %r, "
             "threads on cores %s",

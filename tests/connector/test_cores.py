@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import Any
 
 import pytest
 
@@ -71,3 +72,29 @@ def test_pinning_to_no_cores_leaves_the_thread_where_it_was() -> None:
     before = os.sched_getaffinity(0)
     pin_thread(frozenset())
     assert os.sched_getaffinity(0) == before
+
+
+def test_the_worker_side_joins_ray_on_its_own_thread_before_registration_returns() -> None:
+    """vLLM's start-up seeds and draws from ``random`` on the registering thread; a join running
+    beside it drew the seeded GCS subscriber ids (0.6 of a core of GCS busy loop with two
+    engines), so registration waits for the join."""
+    import time
+
+    import torch
+
+    from ray_kvmoq.connector.worker import WorkerSide
+
+    class _SlowBridge:
+        joined_on: str | None = None
+
+        def relay(self) -> None:
+            time.sleep(0.3)
+            self.joined_on = threading.current_thread().name
+
+    bridge: Any = _SlowBridge()
+    side = WorkerSide(bridge=bridge, make_layout=lambda d, dtype: None, block_size=16)  # type: ignore[arg-type,return-value]
+    try:
+        side.register_kv_caches({"model.layers.0.attn": torch.zeros(4, 2, 16, 128)})
+        assert bridge.joined_on is not None and bridge.joined_on.startswith("kvmoq-publish")
+    finally:
+        side.shutdown()
