@@ -17,10 +17,9 @@ the process may use) nothing changes.
 
 Only under vLLM's automatic binding (``VLLM_CPU_OMP_THREADS_BIND`` unset or ``auto``): there the
 cores it leaves are the ones it reserves for other work. An explicit binding names the cores of
-*this* engine only, and the rest may be another engine's: with ``kvmoq bench serve``'s two
-engines bound one core each, moving each worker's threads to the other core took the 2-replica
-row's TPOT to 207 ms against stock's 84 ms (docs/benchmarks.md). There the operator's layout
-stands, and the threads stay where vLLM started them.
+*this* engine only, and the rest may be another engine's (``kvmoq bench serve`` binds its two
+engines one core each, so each one's "spare" core is the other's engine core). There the
+operator's layout stands, and the threads stay where vLLM started them.
 """
 
 from __future__ import annotations
