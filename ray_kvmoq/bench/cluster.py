@@ -27,6 +27,7 @@ from ray_kvmoq.connector.cores import BIND_ENV
 
 __all__ = ["BIND_ENV", "core_halves", "scoped_env", "stdout_to_stderr", "two_node_cluster"]
 
+
 def core_halves(cpus: list[int]) -> tuple[str, str] | None:
     """The two nodes' core lists in ``VLLM_CPU_OMP_THREADS_BIND``'s form (``"0,1"``), the first
     half of ``cpus`` for the head and the second for the other node; None under 2 cores."""
