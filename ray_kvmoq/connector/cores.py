@@ -49,10 +49,10 @@ def spare_of(allowed: Iterable[int], thread_masks: Iterable[Iterable[int]]) -> f
     return free - bound
 
 
-def _thread_masks(pid: int | str = "self") -> list[frozenset[int]]:
-    """The CPU affinity of each thread of process ``pid`` (from ``/proc``)."""
+def _thread_masks() -> list[frozenset[int]]:
+    """The CPU affinity of each thread of this process (from ``/proc``)."""
     out = []
-    for status in Path(f"/proc/{pid}/task").glob("*/status"):
+    for status in Path("/proc/self/task").glob("*/status"):
         try:
             text = status.read_text()
         except OSError:

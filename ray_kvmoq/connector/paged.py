@@ -24,6 +24,7 @@ involved, scatters write in place, so the engine's cache tensor itself is update
 from __future__ import annotations
 
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -50,22 +51,22 @@ def _check_layer(layer: torch.Tensor) -> tuple[int, int, int, int]:
     return n_b, n_h, n_n, c // 2
 
 
-class PagedLayout:
+class PagedLayout(ABC):
     """Where K and V of each token sit inside vLLM's ``[B, H, N, 2·D]`` layer tensor."""
 
     name = "abstract"
 
+    @abstractmethod
     def gather(
         self, layer: torch.Tensor, blocks: torch.Tensor, offsets: torch.Tensor
     ) -> torch.Tensor:
         """Tokens at (``blocks[i]``, ``offsets[i]``) as a new ``[T, H, 2, D]`` tensor."""
-        raise NotImplementedError
 
+    @abstractmethod
     def scatter(
         self, layer: torch.Tensor, blocks: torch.Tensor, offsets: torch.Tensor, src: torch.Tensor
     ) -> None:
         """Write ``src`` ``[T, H, 2, D]`` into the tokens at (``blocks[i]``, ``offsets[i]``)."""
-        raise NotImplementedError
 
     def gather_layers(
         self, layers: Sequence[torch.Tensor], blocks: torch.Tensor, offsets: torch.Tensor
@@ -132,7 +133,7 @@ class CpuLayout(PagedLayout):
         positions are the same in every layer, so they are worked out once. (Per layer,
         :meth:`gather` copies the touched blocks, un-permutes K and V, stacks and indexes:
         ~6.5 ms a 128-token group of SmolLM2's 30 layers here, inside the engine step, against
-        ~1 ms this way.)"""
+        1.5-1.7 ms this way.)"""
         if not layers or any(layer.shape != layers[0].shape for layer in layers):
             return super().gather_layers(layers, blocks, offsets)
         _, n_h, n_n, d = _check_layer(layers[0])
