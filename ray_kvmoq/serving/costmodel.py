@@ -22,7 +22,10 @@ request sits through those steps: 1.5 of them before its first token (half the s
 on average, and the step its prefill shares with them), then one per token it generates after
 the first. So the decode batch costs ``(1.5 + max_tokens - 1) × queue_len × decode_s_per_token``,
 where ``decode_s_per_token`` is the *marginal* seconds one more sequence adds to a step (a
-step's fixed part is paid whichever replica the request joins).
+step's fixed part is paid whichever replica the request joins). The router passes every
+candidate the same decode figure (the median over their nodes), so this term compares queue
+lengths; a per-node slope measured on a node that runs one or two sequences is noise, and
+pricing that node with it starved it (``ray_kvmoq.serving.router.shared_decode_figure``).
 Pricing the whole request, not only its first token, is what makes the router spread a hot
 prefix: a pull is paid once, while a bigger batch slows every token of the request (and, on a
 saturated engine, every request's throughput). Pricing only the first token, one of two nodes

@@ -7,8 +7,8 @@ it (:mod:`.costmodel`), then ranks the candidates cheapest first:
   hashes go to the cluster's KV directory (``longest_prefix``: which nodes' relays hold each
   leading chunk), and the router remembers which prefixes it recently sent to which replica
   (they sit in that engine's own prefix cache);
-* *what it costs*: prefill, decode and pull speed per node as measured on the running cluster (the
-  figures board), the track's real bytes per token, and the work ahead on each replica: the
+* *what it costs*: prefill and pull speed per node as measured on the running cluster (the
+  figures board), one decode figure for all candidates (:func:`shared_decode_figure`), the track's real bytes per token, and the work ahead on each replica: the
   planned prefill seconds of the requests this router sent there, draining as time passes,
   including requests just ranked for it and not yet sent (:class:`ReplicaLoad`'s claims), so a
   burst ranked in one instant spreads instead of piling onto the replica holding the prefix.
@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import statistics
 import threading
 import time
 from collections import OrderedDict
@@ -51,7 +52,15 @@ from .costmodel import Candidate, NodeFigures, Plan, RequestView, plan
 from .metrics import process_metrics
 from .prompts import prompt_keys, warm_tokenizer
 
-__all__ = ["DEFAULT_MAX_TOKENS", "PIN_SLACK", "KVRouter", "ReplicaLoad", "max_tokens", "rank"]
+__all__ = [
+    "DEFAULT_MAX_TOKENS",
+    "PIN_SLACK",
+    "KVRouter",
+    "ReplicaLoad",
+    "max_tokens",
+    "rank",
+    "shared_decode_figure",
+]
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +91,21 @@ def _short(h: bytes) -> str:
     return h.hex()[:16]
 
 
+def shared_decode_figure(figures: FiguresSnapshot, nodes: set[str]) -> float | None:
+    """The one decode figure every candidate's batch term is priced with: the median of the
+    candidates' nodes' figures (None: none measured).
+
+    A node's ``decode_s_per_token`` is a least-squares slope over its own decode steps, and a
+    node that gets little work runs steps of one or two sequences, whose slope is noise: on
+    the 2-node bench the idle node read 31 ms a sequence and the busy one 11 ms. Priced each
+    with its own node's figure, the idle node looked dear, got less work and kept its noisy
+    figure: a loop that put ~75 % of the prompt tokens on one node (docs/benchmarks.md). With
+    one figure for all, the batch term compares queue lengths, as stock's balance does; nodes
+    still differ by their measured prefill and pull speeds."""
+    vals = sorted(v for n in nodes if (v := figures.get("decode_s_per_token", n)) is not None)
+    return statistics.median(vals) if vals else None
+
+
 def rank(
     req: RequestView | None,
     candidates: list[Candidate],
@@ -94,12 +118,13 @@ def rank(
         return [], "empty", None
     plans: dict[str, Plan] = {}
     if req is not None:
+        decode = shared_decode_figure(figures, {c.node_id for c in candidates})
         for c in candidates:
             nf = NodeFigures(
                 prefill_s_per_token=figures.get("prefill_s_per_token", c.node_id),
                 pull_s_per_byte=figures.get("pull_s_per_byte", c.node_id),
                 local_s_per_byte=figures.get("local_s_per_byte", c.node_id),
-                decode_s_per_token=figures.get("decode_s_per_token", c.node_id),
+                decode_s_per_token=decode,
             )
             plans[c.key] = plan(req, c, nf)
     if not any(p.reused_chunks for p in plans.values()):

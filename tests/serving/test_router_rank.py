@@ -8,6 +8,7 @@ recomputing — plus the fallbacks when nothing is cached or nothing is measured
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -19,6 +20,7 @@ from ray_kvmoq.serving.router import (
     ReplicaLoad,
     max_tokens,
     rank,
+    shared_decode_figure,
 )
 
 C = 128
@@ -366,3 +368,30 @@ def test_max_tokens_is_the_requests_limit_or_openais_completions_default() -> No
     assert max_tokens(Req(max_completion_tokens=None, max_tokens=8)) == 8
     assert max_tokens(Req(max_tokens=None)) == DEFAULT_MAX_TOKENS == 16
     assert max_tokens(Req(max_tokens=0)) == max_tokens(Req(max_tokens=True)) == 16
+
+
+def test_every_candidate_is_priced_with_the_median_decode_figure_so_a_shorter_queue_wins() -> None:
+    """A node that gets little work measures a noisy, high decode slope (31 ms against the busy
+    node's 11 ms on the 2-node bench). Priced with its own figure it would lose to a longer
+    queue and stay starved; priced with the candidates' median it wins on its shorter queue."""
+    f = Figures()
+    for node, decode in (("A", 0.031), ("B", 0.011)):
+        f.report("prefill_s_per_token", node, 1e-3)
+        f.report("pull_s_per_byte", node, 1e-8)
+        f.report("local_s_per_byte", node, 1e-11)
+        f.report("decode_s_per_token", node, decode)
+    fig = f.snapshot()
+    assert shared_decode_figure(fig, {"A", "B"}) == pytest.approx(0.021)
+    assert shared_decode_figure(fig, {"A"}) == pytest.approx(0.031)
+    assert shared_decode_figure(FiguresSnapshot(), {"A", "B"}) is None
+    starved = Candidate(key="rA", node_id="A", queue_len=1, planned=1)
+    busy = Candidate(key="rB", node_id="B", queue_len=2, planned=2)
+    req = _req([{"A", "B"}] * 8, max_tokens=64)
+    order, outcome, best = rank(req, [busy, starved], fig, random.Random(0))
+    assert (outcome, order) == ("cost", ["rA", "rB"]) and best is not None
+    assert best.cost_s == pytest.approx(best.work_s + 64.5 * 1 * 0.021)
+    # with its own 31 ms the starved node would have cost more than the busy one's 2 x 11 ms
+    own = NodeFigures(prefill_s_per_token=1e-3, pull_s_per_byte=1e-8, local_s_per_byte=1e-11)
+    dear = plan(req, starved, replace(own, decode_s_per_token=0.031))
+    cheap = plan(req, busy, replace(own, decode_s_per_token=0.011))
+    assert dear.cost_s is not None and cheap.cost_s is not None and dear.cost_s > cheap.cost_s
