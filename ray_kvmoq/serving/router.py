@@ -19,7 +19,8 @@ known, and the replica whose engine already holds the prefix wins although anoth
 cheaper, because it costs at most :data:`PIN_SLACK` times that plan: stock's prefix pinning
 while the holder is not overloaded), ``affinity`` (KV known but
 no figures yet: the replica that holds the longest prefix, shorter queue first), ``pow2`` (no KV
-anywhere: two random replicas, less work ahead first). The time each ranking took is in
+anywhere: two random replicas, the cheaper first where their costs differ beyond the figures'
+noise, else the shorter queue, then the engine holding less). The time each ranking took is in
 ``kvmoq_router_decision_seconds``. Every candidate appears in the ranking exactly once, so Serve
 falls through when the best one is full. Lookups are bounded (a slow directory means routing
 without KV information, never a stuck request).
@@ -53,6 +54,7 @@ from .metrics import process_metrics
 from .prompts import prompt_keys, warm_tokenizer
 
 __all__ = [
+    "COLD_TIE",
     "DEFAULT_MAX_TOKENS",
     "PIN_SLACK",
     "KVRouter",
@@ -82,6 +84,12 @@ prices: the other engine then holds the prefix too, so both engines' caches spli
 prefixes, and the decode-batch term the cost rests on is a noisy per-sequence figure. Measured
 on the 2-prefix workload of ``kvmoq bench serve`` (docs/benchmarks.md): ranking by cost alone
 split the requests 23/25 to 28/20 and trailed stock's pinning on TTFT."""
+COLD_TIE = 1.25
+"""Two plans for a prompt nobody holds whose estimated costs are within this factor of each
+other are a tie. A cold prompt costs the same prefill wherever it runs, so what tells the two
+apart is the per-node prefill figures (two identical nodes read 1.46 and 1.63 ms a token in one
+bench run) and, once measured, the decode batch. Taken at face value, that noise put both of
+the bench's prefixes on one node, and pinning kept them there (docs/benchmarks.md)."""
 DEFAULT_MAX_TOKENS = 16
 """Tokens assumed for a request that sets no limit: OpenAI's default ``max_tokens`` for text
 completions (a chat request without one may run longer; the router cannot know)."""
@@ -158,16 +166,26 @@ def _pinned(ranked: list[Candidate], plans: dict[str, Plan]) -> Candidate | None
 
 
 def _pow2(candidates: list[Candidate], plans: dict[str, Plan], rng: random.Random) -> list[str]:
-    """Two random candidates, the cheaper first (by estimated cost where known, else by queue
-    length), then the rest in random order."""
+    """Two random candidates, the cheaper first, then the rest in random order.
+
+    The cheaper by estimated cost where the two differ by more than :data:`COLD_TIE`; else the
+    shorter queue, then the engine holding fewer recent chunks (stock's "smallest tenant"):
+    where the prompt goes, its prefix will live and its repeats will follow, so a new prefix
+    goes where the fewest others live."""
     if len(candidates) == 1:
         return [candidates[0].key]
 
-    def load(c: Candidate) -> tuple[float, int]:
+    def cost(c: Candidate) -> float | None:
         p = plans.get(c.key)
-        return (p.cost_s if p is not None and p.cost_s is not None else 0.0, c.queue_len)
+        return p.cost_s if p is not None else None
 
-    pair = sorted(rng.sample(candidates, 2), key=load)
+    pair = rng.sample(candidates, 2)
+    costs = [cost(c) for c in pair]
+    lo, hi = sorted(costs, key=lambda v: v or 0.0)
+    if lo is not None and hi is not None and hi > COLD_TIE * lo:
+        pair.sort(key=lambda c: cost(c) or 0.0)
+    else:
+        pair.sort(key=lambda c: (c.queue_len, len(c.recent), cost(c) or 0.0))
     rest = [c.key for c in candidates if c not in pair]
     rng.shuffle(rest)
     return [pair[0].key, pair[1].key, *rest]

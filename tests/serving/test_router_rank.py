@@ -15,6 +15,7 @@ import pytest
 from ray_kvmoq.connector.figures import STALE_S, Figures, FiguresSnapshot
 from ray_kvmoq.serving.costmodel import Candidate, NodeFigures, RequestView, plan
 from ray_kvmoq.serving.router import (
+    COLD_TIE,
     DEFAULT_MAX_TOKENS,
     PIN_SLACK,
     ReplicaLoad,
@@ -395,3 +396,35 @@ def test_every_candidate_is_priced_with_the_median_decode_figure_so_a_shorter_qu
     dear = plan(req, starved, replace(own, decode_s_per_token=0.031))
     cheap = plan(req, busy, replace(own, decode_s_per_token=0.011))
     assert dear.cost_s is not None and cheap.cost_s is not None and dear.cost_s > cheap.cost_s
+
+
+def test_a_cold_prompt_goes_to_the_shorter_queue_when_the_costs_differ_only_by_figure_noise() -> (
+    None
+):
+    """Both nodes recompute the whole prompt; A's prefill figure reads 10 % faster (noise on
+    identical nodes, within COLD_TIE) but A is decoding a request: B gets the new prefix. A
+    node really 2x faster wins whatever its queue, and with equal queues the engine holding
+    fewer recent chunks gets it."""
+    assert COLD_TIE == 1.25
+    f = Figures()
+    for node, prefill in (("A", 1.46e-3), ("B", 1.63e-3)):
+        f.report("prefill_s_per_token", node, prefill)
+        f.report("pull_s_per_byte", node, 1e-8)
+    noisy = f.snapshot()
+    decoding = Candidate(key="rA", node_id="A", queue_len=1, planned=1)
+    for seed in range(10):
+        order, outcome, best = rank(_req([]), [decoding, B], noisy, random.Random(seed))
+        assert (outcome, order) == ("pow2", ["rB", "rA"]) and best is not None
+        assert best.work_s == pytest.approx((8 * C + 40) * 1.63e-3)
+    f.report("prefill_s_per_token", "A", 0.5e-3)
+    f.report("prefill_s_per_token", "A", 0.5e-3)
+    f.report("prefill_s_per_token", "A", 0.5e-3)
+    faster = f.snapshot()
+    assert faster.get("prefill_s_per_token", "A") < 1.63e-3 / COLD_TIE
+    for seed in range(10):
+        order, _, _ = rank(_req([]), [decoding, B], faster, random.Random(seed))
+        assert order == ["rA", "rB"]
+    holds_one = Candidate(key="rA", node_id="A", recent=frozenset({"x0", "x1"}))
+    for seed in range(10):
+        order, _, _ = rank(_req([]), [holds_one, B], noisy, random.Random(seed))
+        assert order == ["rB", "rA"]
