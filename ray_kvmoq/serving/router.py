@@ -8,10 +8,11 @@ it (:mod:`.costmodel`), then ranks the candidates cheapest first:
   leading chunk), and the router remembers which prefixes it recently sent to which replica
   (they sit in that engine's own prefix cache);
 * *what it costs*: prefill and pull speed per node as measured on the running cluster (the
-  figures board), one decode figure for all candidates (:func:`shared_decode_figure`), the track's real bytes per token, and the work ahead on each replica: the
-  planned prefill seconds of the requests this router sent there, draining as time passes,
-  including requests just ranked for it and not yet sent (:class:`ReplicaLoad`'s claims), so a
-  burst ranked in one instant spreads instead of piling onto the replica holding the prefix.
+  figures board), one decode figure for all candidates (:func:`shared_decode_figure`), the
+  track's real bytes per token, and the work ahead on each replica: the planned prefill seconds
+  of the requests this router sent there, draining as time passes, including requests just
+  ranked for it and not yet sent (:class:`ReplicaLoad`'s claims), so a burst ranked in one
+  instant spreads instead of piling onto the replica holding the prefix.
 
 Outcomes, counted in ``kvmoq_router_decisions_total{outcome}``: ``cost`` (figures known: the
 cheapest plan wins — a pull is only planned where it beats recompute), ``pinned`` (figures
@@ -110,7 +111,7 @@ def shared_decode_figure(figures: FiguresSnapshot, nodes: set[str]) -> float | N
     figure: a loop that put ~75 % of the prompt tokens on one node (docs/benchmarks.md). With
     one figure for all, the batch term compares queue lengths, as stock's balance does; nodes
     still differ by their measured prefill and pull speeds."""
-    vals = sorted(v for n in nodes if (v := figures.get("decode_s_per_token", n)) is not None)
+    vals = [v for n in nodes if (v := figures.get("decode_s_per_token", n)) is not None]
     return statistics.median(vals) if vals else None
 
 
@@ -175,17 +176,13 @@ def _pow2(candidates: list[Candidate], plans: dict[str, Plan], rng: random.Rando
     if len(candidates) == 1:
         return [candidates[0].key]
 
-    def cost(c: Candidate) -> float | None:
-        p = plans.get(c.key)
-        return p.cost_s if p is not None else None
-
     pair = rng.sample(candidates, 2)
-    costs = [cost(c) for c in pair]
-    lo, hi = sorted(costs, key=lambda v: v or 0.0)
-    if lo is not None and hi is not None and hi > COLD_TIE * lo:
-        pair.sort(key=lambda c: cost(c) or 0.0)
+    costs = {c.key: p.cost_s if (p := plans.get(c.key)) is not None else None for c in pair}
+    a, b = costs.values()
+    if a is not None and b is not None and max(a, b) > COLD_TIE * min(a, b):
+        pair.sort(key=lambda c: costs[c.key] or 0.0)
     else:
-        pair.sort(key=lambda c: (c.queue_len, len(c.recent), cost(c) or 0.0))
+        pair.sort(key=lambda c: (c.queue_len, len(c.recent), costs[c.key] or 0.0))
     rest = [c.key for c in candidates if c not in pair]
     rng.shuffle(rest)
     return [pair[0].key, pair[1].key, *rest]
