@@ -136,7 +136,8 @@ def run_bench(prefixes: list[int], codecs: list[str], repeat: int, seed: int = 0
     budget = int(min(max(1024, 2 * per_prefix_mb), 4096)) << 20
     with two_node_cluster(store_bytes=budget + (512 << 20), namespace="kvmoq") as (head, other):
         start_relays(namespace="kvmoq", budget_bytes=budget)
-        kv = kv_transfer_config("kv_both", load_timeout_s=60.0)
+        # the raw load path: the one prompt each repeat computes is published at once
+        kv = kv_transfer_config("kv_both", load_timeout_s=60.0, publish_threshold=1)
         model = str(cached_builtin_dir())
         _log("starting two vLLM engines (head, 127.0.0.2)")
         a = start_engine(head, model, kv, max_model_len=model_len)

@@ -3,13 +3,15 @@
 vLLM's scheduler asks this connector how many leading prompt tokens the cluster already holds
 (the chained chunk hashes of draft-shi-moq-kvcache, looked up in the KV directory), and its
 workers load those groups from this node's relay into the paged KV cache (zero-copy object-store
-reads on the same node; the relay pulls over MoQT from another node) and publish every chunk they
-compute as one group of the prompt's track, as soon as the chunk is complete.
+reads on the same node; the relay pulls over MoQT from another node) and publish each chunk as
+one group of the prompt's track, once the engine has seen it ``publish_threshold`` times (by
+default its second sight: a prompt seen once costs no publishing).
 
 Modules (imports: vllm, torch, ``ray`` only in ``bridge.py``; relay, kvcache below):
 
     connector.py  MoqtKVConnector: engine checks, dispatch to the two sides
     scheduler.py  lookups, load plans, save plans, kv_transfer_params (EngineCore process)
+    sightings.py  the admission rule for publishing: chunk hashes seen per engine (an LRU)
     worker.py     loads into / saves from the paged blocks, threads (worker processes)
     paged.py      vLLM's per-layer [B, H, N, 2D] caches ↔ [L, 2, H, T, D] chunks
     chunks.py     codec + digest of one group, AC codebooks

@@ -21,6 +21,9 @@ Keys (all optional)::
     publish_tail     also publish a prompt's last, partial chunk (default: true for kv_producer)
     load             load prefixes at all (default true; false: this engine never reuses)
     publish          publish what this engine computes (default true)
+    publish_threshold  publish a chunk once this engine has seen it this many times (2: on its
+                     second sight, from this engine's own cache if it still holds it; 1: every
+                     chunk as soon as it is computed). A kv_producer publishes every chunk.
     codec_param      encoder option passed to the codec where it has one (reserved; must be null)
 """
 
@@ -72,6 +75,8 @@ class ConnectorConfig:
     """Load prefixes (False: every request computes its whole prompt)."""
     publish: bool = True
     """Publish computed groups."""
+    publish_threshold: int = 2
+    """Sightings of a chunk before this engine publishes it (see the module docstring)."""
     codec_param: Any = None
     """Reserved."""
 
@@ -98,6 +103,7 @@ class ConnectorConfig:
         _positive_int("chunk_size", self.chunk_size, 1, 1 << 16)
         _positive_int("relay_budget_mb", self.relay_budget_mb, 16, 1 << 24)
         _positive_int("relay_datagram_size", self.relay_datagram_size, 1200, 65527)
+        _positive_int("publish_threshold", self.publish_threshold, 1, 1000)
         for name in ("lookup_timeout_s", "load_timeout_s"):
             v = getattr(self, name)
             if not isinstance(v, int | float) or isinstance(v, bool) or not 0 < v <= 3600:

@@ -17,10 +17,13 @@ Per request (:class:`_Req`):
 2. *Load plan.* If every group to load is on this node the load is synchronous (zero-copy
    from the object store, done before the forward pass); otherwise it is asynchronous (the
    request waits in ``WAITING_FOR_REMOTE_KVS`` while the worker pulls).
-3. *Saves.* Each step, every full chunk of the prompt that this step completes and that the
-   cluster does not already hold becomes a :class:`~.metadata.SaveSpec`, published by the worker
-   as soon as the step ends (live tracks: subscribers get groups while prefill goes on). A
-   producer also publishes the prompt's partial last chunk and ends the track.
+3. *Saves.* Each step, every full chunk of the prompt that this step completes (or that vLLM's
+   prefix cache already held), that the cluster does not already hold, and that this engine has
+   now seen ``publish_threshold`` times (:mod:`.sightings`: by default a chunk is published on
+   its second sight, so a prompt seen once costs no publishing) becomes a
+   :class:`~.metadata.SaveSpec`, published by the worker as soon as the step ends (live tracks:
+   subscribers get groups while prefill goes on). A producer publishes every chunk, the
+   prompt's partial last chunk included, and ends the track.
 4. *Finish.* ``request_finished`` returns ``kv_transfer_params["kvmoq"]`` naming, per group,
    the track that holds it — what a PD consumer loads.
 """
@@ -46,6 +49,7 @@ from .metadata import (
     SaveSpec,
     TransferParams,
 )
+from .sightings import Sightings
 from .stats import ConnectorCounters
 
 if TYPE_CHECKING:
@@ -101,6 +105,8 @@ class _Req:
     """First group index this request still has to publish."""
     tail_done: bool = False
     published: set[int] = field(default_factory=set)
+    publish_upto: int = 0
+    """Leading whole chunks this engine may publish (the admission rule: seen often enough)."""
 
 
 class SchedulerSide:
@@ -128,6 +134,7 @@ class SchedulerSide:
         self.bytes_per_token = dict(bytes_per_token or {})
         """Encoded KV bytes per token of each track compression (for the pull-vs-recompute rule)."""
         self.counters = ConnectorCounters()
+        self._sightings = Sightings(conf.publish_threshold)
         self._reqs: dict[str, _Req] = {}
         self._clock = _StepClock()
         self._last_probe = -_PULL_PROBE_S
@@ -164,6 +171,9 @@ class SchedulerSide:
             always_pull=ours.get("pull") == "always",
             probe=ours.get("probe") is True,
         )
+        if st.publish_allowed:
+            admitted = self._sightings.sight(st.hashes)
+            st.publish_upto = len(st.hashes) if st.producer else admitted
         self._reqs[st.req_id] = st
         return st
 
@@ -186,12 +196,12 @@ class SchedulerSide:
             return self._no_plan(st, known=0)
         if usable * c <= num_computed_tokens and not (st.follow or st.producer):
             # vLLM's own prefix cache holds every whole chunk of the prompt: nothing to load,
-            # so no directory round trip (it would hold the request back a step or more), and
-            # no second copy: this engine published those chunks when it computed them, or
-            # loaded them from a relay. A producer still looks them up, as its
-            # kv_transfer_params must name where each group lives.
+            # so no directory round trip (it would hold the request back a step or more). What
+            # this engine published or loaded is not published again; chunks it computed but
+            # had not yet admitted are published now, from its cache. A producer still looks
+            # them up, as its kv_transfer_params must name where each group lives.
             self.counters.add(lookups_skipped=1)
-            return self._no_plan(st, known=usable)
+            return self._no_plan(st, known=self._sightings.first_not_held(st.hashes[:usable]))
         if st.lookup_ref is None:
             try:
                 st.lookup_ref = self.bridge.start_lookup(st.hashes[:usable] if usable else [])
@@ -213,6 +223,7 @@ class SchedulerSide:
             return self._no_plan(st)
         st.sources = self._sources(st, chain)
         known = next((k for k, s in enumerate(st.sources) if s is None), len(st.sources))
+        self._sightings.mark_held(st.hashes[:known])
         if st.follow:
             return self._plan_follow(st, num_computed_tokens, known)
         known = self._worth_loading(st, known, num_computed_tokens)
@@ -419,7 +430,10 @@ class SchedulerSide:
         last = n_full if tail else n_full - 1
         while st.next_save < n_full and (st.next_save + 1) * c <= done:
             k = st.next_save
-            meta.saves.append(self._save(st, k, k * c, (k + 1) * c, last == k))
+            if k < st.publish_upto:
+                meta.saves.append(self._save(st, k, k * c, (k + 1) * c, last == k))
+            else:
+                self.counters.add(groups_not_admitted=1)
             st.next_save += 1
         if tail and not st.tail_done and done >= len(st.tokens) and st.next_save >= n_full:
             meta.saves.append(self._save(st, n_full, n_full * c, len(st.tokens), True))
@@ -427,6 +441,7 @@ class SchedulerSide:
 
     def _save(self, st: _Req, k: int, start: int, end: int, last: bool) -> SaveSpec:
         st.published.add(k)
+        self._sightings.mark_held(st.hashes[k : k + 1])
         if k >= len(st.sources):
             st.sources.extend([None] * (k + 1 - len(st.sources)))
         st.sources[k] = GroupSource(namespace=st.namespace, track=st.codec, group_id=k, local=True)

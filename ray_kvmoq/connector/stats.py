@@ -42,6 +42,9 @@ class ConnectorCounters:
     """Groups published."""
     bytes_saved: int = 0
     """Encoded KV bytes published."""
+    groups_not_admitted: int = 0
+    """Whole prompt chunks computed but not published: this engine had seen them fewer than
+    ``publish_threshold`` times (the admission rule, ``connector/sightings.py``)."""
     load_errors: int = 0
     """Loads that failed (missing, late, evicted or corrupt group): vLLM recomputed."""
     digest_errors: int = 0

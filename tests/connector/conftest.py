@@ -47,7 +47,10 @@ def _start_engine(node_id: str, **engine_kwargs: Any) -> Any:
     from ray_kvmoq.connector.host import start_engine
     from ray_kvmoq.engine.loader import cached_builtin_dir
 
-    kv = kv_transfer_config("kv_both", load_timeout_s=20.0)
+    # publish_threshold=1: these tests drive the load and publish paths, so every chunk is
+    # published as computed; the admission rule (default 2) is tested in
+    # test_publish_admission.py and through the app in tests/serving
+    kv = kv_transfer_config("kv_both", load_timeout_s=20.0, publish_threshold=1)
     env = {"KVMOQ_CLUSTER_SECRET": CLUSTER_SECRET.hex()}
     return start_engine(node_id, str(cached_builtin_dir()), kv, env=env, **engine_kwargs)
 

@@ -146,6 +146,35 @@ def test_second_prompt_sharing_a_prefix_reports_cached_tokens_and_the_same_answe
     assert second.choices[0].message.content == fresh.choices[0].message.content
 
 
+def test_a_prefix_seen_once_is_not_published_and_its_second_sight_publishes_it(app: str) -> None:
+    """The admission rule at its default (``kv_publish_threshold: 2``): the first request's
+    whole chunks are computed and counted as not admitted, none published; a second request
+    sharing them (sent where they are cached) publishes every shared chunk."""
+    from ray_kvmoq.bench.load import engine_counters
+
+    c = _client(app)
+    system, salt = _system(450), uuid.uuid4().hex
+    ask = lambda q: c.chat.completions.create(  # noqa: E731
+        model=MODEL,
+        messages=[{"role": "system", "content": system}, {"role": "user", "content": q}],
+        temperature=0,
+        max_tokens=4,
+        extra_body={"cache_salt": salt},
+    )
+    before = engine_counters()
+    first = ask("Who is Mr. Bingley?")
+    chunks = first.usage.prompt_tokens // 128
+    assert chunks >= 4, first.usage
+    once = _engine_counters_settled(before, "groups_not_admitted", chunks)
+    why = {k: once.get(k, 0) - before.get(k, 0) for k in ("groups_saved", "groups_not_admitted")}
+    assert why == {"groups_saved": 0, "groups_not_admitted": chunks}, why
+    second = ask("What does Mrs. Bennet want?")
+    shared = second.usage.prompt_tokens_details.cached_tokens // 128
+    assert shared >= 3, second.usage
+    twice = _engine_counters_settled(once, "groups_saved", shared)
+    assert twice.get("groups_saved", 0) - once.get("groups_saved", 0) >= shared
+
+
 def _board() -> tuple[dict[str, Any], dict[str, Any]]:
     import ray
 
@@ -193,6 +222,7 @@ def test_a_prefix_computed_on_one_node_is_pulled_over_moqt_by_a_replica_on_anoth
         )
 
     ask(0)
+    ask(0)  # the second sight publishes the prefix (kv_publish_threshold: 2)
     before_c, before_r = _board()
     with ThreadPoolExecutor(8) as pool:
         answers = list(pool.map(ask, range(1, 9)))
@@ -427,6 +457,7 @@ def test_a_killed_replica_leaves_relays_and_directory_up_and_reuse_resumes_withi
     )
     _, before = _board()
     ask("Who is Mr. Bingley?")
+    ask("Who is Mr. Bingley?")  # the second sight publishes the prefix (kv_publish_threshold: 2)
     time.sleep(1.0)
     _, after = _board()
     home = max(after, key=lambda n: after[n]["bytes_in"] - before.get(n, {}).get("bytes_in", 0))
