@@ -79,6 +79,9 @@ class Candidate:
     """Seconds of planned work still ahead on it."""
     recent: frozenset[str] = frozenset()
     """Short chunk hashes of prefixes recently sent to it (likely in its engine's cache)."""
+    recent_use: float = 0.0
+    """Requests routed to it lately: a count that halves every 30 s (where the prefixes in
+    use live; a cold prompt goes where they are fewest)."""
 
 
 @dataclass(frozen=True, kw_only=True)

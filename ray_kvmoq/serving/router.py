@@ -21,7 +21,7 @@ cheaper, because it costs at most :data:`PIN_SLACK` times that plan: stock's pre
 while the holder is not overloaded), ``affinity`` (KV known but
 no figures yet: the replica that holds the longest prefix, shorter queue first), ``pow2`` (no KV
 anywhere: two random replicas, the cheaper first where their costs differ beyond the figures'
-noise, else the shorter queue, then the engine holding less). The time each ranking took is in
+noise, else the shorter queue, then the one used less lately). The time each ranking took is in
 ``kvmoq_router_decision_seconds``. Every candidate appears in the ranking exactly once, so Serve
 falls through when the best one is full. Lookups are bounded (a slow directory means routing
 without KV information, never a stuck request).
@@ -78,6 +78,8 @@ _CHAINS_KEPT = 1024
 _RECENT_PER_REPLICA = 4096
 _CLAIM_TTL_S = 5.0
 _SENT_TTL_S = 60.0
+_USE_HALF_LIFE_S = 30.0
+"""Half-life of a replica's recent-use count (:meth:`ReplicaLoad.recent_use`)."""
 PIN_SLACK = 2.0
 """A prefix stays on the replica whose engine holds it until that replica's plan costs more
 than this many times the cheapest plan. Moving a request is not free beyond what the plan
@@ -170,9 +172,12 @@ def _pow2(candidates: list[Candidate], plans: dict[str, Plan], rng: random.Rando
     """Two random candidates, the cheaper first, then the rest in random order.
 
     The cheaper by estimated cost where the two differ by more than :data:`COLD_TIE`; else the
-    shorter queue, then the engine holding fewer recent chunks (stock's "smallest tenant"):
-    where the prompt goes, its prefix will live and its repeats will follow, so a new prefix
-    goes where the fewest others live."""
+    shorter queue, then the replica used less lately, then the engine holding fewer recent
+    chunks (stock's "smallest tenant"): where the prompt goes, its prefix will live and its
+    repeats will follow, so a new prefix goes where the fewest others are in use. Recent use,
+    not chunks held, decides first: an engine's cache also holds prefixes nobody asks for any
+    more (vLLM's bench client opens with a test prompt whose prefix never comes back), and
+    once a request has finished the queues alone no longer show where a live prefix is."""
     if len(candidates) == 1:
         return [candidates[0].key]
 
@@ -182,7 +187,7 @@ def _pow2(candidates: list[Candidate], plans: dict[str, Plan], rng: random.Rando
     if a is not None and b is not None and max(a, b) > COLD_TIE * min(a, b):
         pair.sort(key=lambda c: costs[c.key] or 0.0)
     else:
-        pair.sort(key=lambda c: (c.queue_len, len(c.recent), costs[c.key] or 0.0))
+        pair.sort(key=lambda c: (c.queue_len, c.recent_use, len(c.recent), costs[c.key] or 0.0))
     rest = [c.key for c in candidates if c not in pair]
     rng.shuffle(rest)
     return [pair[0].key, pair[1].key, *rest]
@@ -207,15 +212,25 @@ class ReplicaLoad:
     engine's prefix cache brings almost none, so a replica full of cache hits is not "busy"; one
     computing a cold prefix is.
 
+    *Use.* Each routed request adds one to its replica's use count, which halves every
+    ``half_life_s``: where the prefixes in use live (:meth:`recent_use`).
+
     Pure: no Serve, no clock of its own.
     """
 
-    def __init__(self, ttl_s: float = _CLAIM_TTL_S, sent_ttl_s: float = _SENT_TTL_S) -> None:
+    def __init__(
+        self,
+        ttl_s: float = _CLAIM_TTL_S,
+        sent_ttl_s: float = _SENT_TTL_S,
+        half_life_s: float = _USE_HALF_LIFE_S,
+    ) -> None:
         self._ttl = ttl_s
         self._sent_ttl = sent_ttl_s
+        self._half_life = half_life_s
         self._claims: OrderedDict[int, _Claim] = OrderedDict()
         self._inflight: dict[str, dict[str, float]] = {}
         self._finish: dict[str, float] = {}
+        self._use: dict[str, tuple[float, float]] = {}
 
     def claim(self, token: int, replica: str, now: float, work_s: float = 0.0) -> None:
         """The request ``token`` was ranked with ``replica`` first, planned at ``work_s`` seconds
@@ -243,6 +258,12 @@ class ReplicaLoad:
             self._add_work(c.replica, now, -work)
             self._add_work(replica, now, work)
         self._inflight.setdefault(replica, {})[request_id] = work
+        self._use[replica] = (self.recent_use(replica, now) + 1.0, now)
+
+    def recent_use(self, replica: str, now: float) -> float:
+        """Requests routed to ``replica``, each counted at one half per ``half_life_s`` since."""
+        count, at = self._use.get(replica, (0.0, now))
+        return count * 0.5 ** (max(0.0, now - at) / self._half_life)
 
     def completed(self, replica: str, request_id: str) -> None:
         """The request no longer occupies the replica."""
@@ -252,6 +273,7 @@ class ReplicaLoad:
         """A replica died."""
         self._inflight.pop(replica, None)
         self._finish.pop(replica, None)
+        self._use.pop(replica, None)
         for token in [t for t, c in self._claims.items() if c.replica == replica]:
             del self._claims[token]
 
@@ -405,6 +427,7 @@ class KVRouter(RequestRouter):
             planned=planned,
             work_ahead_s=work,
             recent=frozenset(self._recent.get(key, ())),
+            recent_use=self._load.recent_use(key, now),
         )
 
     async def _view(self, request: Any) -> RequestView | None:

@@ -150,6 +150,8 @@ def test_a_prefix_seen_once_is_not_published_and_its_second_sight_publishes_it(a
     """The admission rule at its default (``kv_publish_threshold: 2``): the first request's
     whole chunks are computed and counted as not admitted, none published; a second request
     sharing them (sent where they are cached) publishes every shared chunk."""
+    import time
+
     from ray_kvmoq.bench.load import engine_counters
 
     c = _client(app)
@@ -161,6 +163,7 @@ def test_a_prefix_seen_once_is_not_published_and_its_second_sight_publishes_it(a
         max_tokens=4,
         extra_body={"cache_salt": salt},
     )
+    time.sleep(3)  # counters reach the board every 2 s: the earlier tests' must be in first
     before = engine_counters()
     first = ask("Who is Mr. Bingley?")
     chunks = first.usage.prompt_tokens // 128

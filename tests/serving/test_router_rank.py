@@ -428,3 +428,32 @@ def test_a_cold_prompt_goes_to_the_shorter_queue_when_the_costs_differ_only_by_f
     for seed in range(10):
         order, _, _ = rank(_req([]), [holds_one, B], noisy, random.Random(seed))
         assert order == ["rB", "rA"]
+
+
+def test_a_cold_prompt_goes_to_the_replica_used_less_lately_before_the_one_holding_less() -> None:
+    """Equal queues, costs within COLD_TIE: the replica that served the live prefix lately
+    (use 1.9) loses to the one whose engine holds as much but was used less (0.8: the bench's
+    opening test prompt, long ago), whichever pair the draw makes."""
+    f = Figures()
+    for node, prefill in (("A", 1.46e-3), ("B", 1.63e-3)):
+        f.report("prefill_s_per_token", node, prefill)
+        f.report("pull_s_per_byte", node, 1e-8)
+    held = frozenset(f"x{k}" for k in range(8))
+    busy_lately = Candidate(key="rA", node_id="A", recent=held, recent_use=1.9)
+    quiet = Candidate(key="rB", node_id="B", recent=held | {"y"}, recent_use=0.8)
+    for seed in range(10):
+        order, outcome, _ = rank(_req([]), [busy_lately, quiet], f.snapshot(), random.Random(seed))
+        assert (outcome, order) == ("pow2", ["rB", "rA"])
+
+
+def test_recent_use_counts_routed_requests_and_halves_every_half_life() -> None:
+    load = ReplicaLoad(half_life_s=30.0)
+    load.routed(1, "r", "a", now=100.0)
+    load.routed(2, "r", "b", now=100.0)
+    assert load.recent_use("r", 100.0) == pytest.approx(2.0)
+    assert load.recent_use("r", 130.0) == pytest.approx(1.0)
+    load.routed(3, "r", "c", now=160.0)
+    assert load.recent_use("r", 160.0) == pytest.approx(1.5)
+    assert load.recent_use("other", 160.0) == 0.0
+    load.forget("r")
+    assert load.recent_use("r", 160.0) == 0.0
