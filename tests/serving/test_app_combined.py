@@ -53,6 +53,26 @@ def _system(words: int = 500) -> str:
     return " ".join(load_text().split()[:words])
 
 
+def _asker(base: str, system: str, max_tokens: int, salt: str | None = None) -> Any:
+    """``ask(question, salt=salt)``: a greedy chat request whose system message, ``system``, is
+    the prefix the requests share; ``salt`` is the request's ``cache_salt`` (None: the tenant's)."""
+    c = _client(base)
+
+    def ask(question: str, salt: str | None = salt) -> Any:
+        return c.chat.completions.create(
+            model=MODEL,
+            messages=[
+                {"role": "system", "content": system},
+                {"role": "user", "content": question},
+            ],
+            temperature=0,
+            max_tokens=max_tokens,
+            extra_body={"cache_salt": salt} if salt else None,
+        )
+
+    return ask
+
+
 def test_chat_completions_and_streaming_answer(app: str) -> None:
     c = _client(app)
     r = c.chat.completions.create(
@@ -128,15 +148,7 @@ def test_bad_requests_get_openai_errors(app: str) -> None:
 def test_second_prompt_sharing_a_prefix_reports_cached_tokens_and_the_same_answer(
     app: str,
 ) -> None:
-    c = _client(app)
-    system = _system()
-    ask = lambda q, salt=None: c.chat.completions.create(  # noqa: E731
-        model=MODEL,
-        messages=[{"role": "system", "content": system}, {"role": "user", "content": q}],
-        temperature=0,
-        max_tokens=24,
-        extra_body={"cache_salt": salt} if salt else None,
-    )
+    ask = _asker(app, _system(), max_tokens=24)
     first = ask("Who is Mr. Bingley?")
     assert first.usage.prompt_tokens > 400
     second = ask("What does Mrs. Bennet want?")
@@ -154,15 +166,7 @@ def test_a_prefix_seen_once_is_not_published_and_its_second_sight_publishes_it(a
 
     from ray_kvmoq.bench.load import engine_counters
 
-    c = _client(app)
-    system, salt = _system(450), uuid.uuid4().hex
-    ask = lambda q: c.chat.completions.create(  # noqa: E731
-        model=MODEL,
-        messages=[{"role": "system", "content": system}, {"role": "user", "content": q}],
-        temperature=0,
-        max_tokens=4,
-        extra_body={"cache_salt": salt},
-    )
+    ask = _asker(app, _system(450), max_tokens=4, salt=uuid.uuid4().hex)
     time.sleep(3)  # counters reach the board every 2 s: the earlier tests' must be in first
     before = engine_counters()
     first = ask("Who is Mr. Bingley?")
@@ -449,15 +453,7 @@ def test_a_killed_replica_leaves_relays_and_directory_up_and_reuse_resumes_withi
 
     from ray_kvmoq.relay.actor import DIRECTORY_NAME, relay_name
 
-    c = _client(app)
-    system, salt = _system(400), uuid.uuid4().hex
-    ask = lambda q: c.chat.completions.create(  # noqa: E731
-        model=MODEL,
-        messages=[{"role": "system", "content": system}, {"role": "user", "content": q}],
-        temperature=0,
-        max_tokens=8,
-        extra_body={"cache_salt": salt},
-    )
+    ask = _asker(app, _system(400), max_tokens=8, salt=uuid.uuid4().hex)
     _, before = _board()
     ask("Who is Mr. Bingley?")
     ask("Who is Mr. Bingley?")  # the second sight publishes the prefix (kv_publish_threshold: 2)
