@@ -457,3 +457,46 @@ def test_recent_use_counts_routed_requests_and_halves_every_half_life() -> None:
     assert load.recent_use("other", 160.0) == 0.0
     load.forget("r")
     assert load.recent_use("r", 160.0) == 0.0
+
+
+def test_a_prefix_on_two_engines_goes_to_the_one_used_less_lately_when_their_costs_tie() -> None:
+    """Both engines hold the prompt's prefix, queues equal, costs within COLD_TIE (rA has a
+    little less work ahead): the replica used less lately wins. A plan that reuses the prompt
+    differently (a pull) is never part of the tie, however close its cost: the holder stays."""
+    f = _decode_figures().snapshot()
+    req = _req([{"A", "B"}] * 8)
+    held = frozenset(req.hashes)
+    lately = Candidate(key="rA", node_id="A", recent=held, queue_len=1, planned=1, recent_use=9.0)
+    quiet = Candidate(
+        key="rB",
+        node_id="B",
+        recent=held,
+        queue_len=1,
+        planned=1,
+        recent_use=2.0,
+        work_ahead_s=0.005,
+    )
+    for seed in range(10):
+        order, outcome, _ = rank(req, [lately, quiet], f, random.Random(seed))
+        assert (outcome, order) == ("cost", ["rB", "rA"])
+    busier = replace(quiet, queue_len=2, planned=2)  # a longer queue is no tie: the cost decides
+    for seed in range(10):
+        order, outcome, _ = rank(req, [lately, busier], f, random.Random(seed))
+        assert (outcome, order) == ("cost", ["rA", "rB"])
+    holder = Candidate(key="rA", node_id="A", recent=held, queue_len=7, planned=7, recent_use=9.0)
+    puller = Candidate(key="rB", node_id="B", queue_len=0, recent_use=0.0)
+    remote = _req([{"A"}] * 8)
+    figs = NodeFigures(
+        prefill_s_per_token=1e-3,
+        pull_s_per_byte=1e-8,
+        local_s_per_byte=1e-11,
+        decode_s_per_token=0.02,
+    )
+    plans = {c.key: plan(remote, c, figs) for c in (holder, puller)}
+    assert plans["rA"].engine_chunks == 8 and plans["rB"].remote_chunks == 8
+    cost_a, cost_b = plans["rA"].cost_s, plans["rB"].cost_s
+    assert cost_a is not None and cost_b is not None
+    assert cost_a < cost_b <= COLD_TIE * cost_a  # close enough to tie, were the shapes alike
+    for seed in range(10):
+        order, outcome, _ = rank(remote, [holder, puller], f, random.Random(seed))
+        assert (outcome, order) == ("cost", ["rA", "rB"])
