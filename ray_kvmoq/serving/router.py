@@ -15,9 +15,7 @@ it (:mod:`.costmodel`), then ranks the candidates cheapest first:
   instant spreads instead of piling onto the replica holding the prefix.
 
 Outcomes, counted in ``kvmoq_router_decisions_total{outcome}``: ``cost`` (figures known: the
-cheapest plan wins — a pull is only planned where it beats recompute; plans that reuse the
-prompt the same way and cost within :data:`COLD_TIE` of it are a tie, won by the shorter queue,
-then the replica used less lately), ``pinned`` (figures
+cheapest plan wins — a pull is only planned where it beats recompute), ``pinned`` (figures
 known, and the replica whose engine already holds the prefix wins although another plan is
 cheaper, because it costs at most :data:`PIN_SLACK` times that plan: stock's prefix pinning
 while the holder is not overloaded), ``affinity`` (KV known but
@@ -94,8 +92,7 @@ COLD_TIE = 1.25
 other are a tie. A cold prompt costs the same prefill wherever it runs, so what tells the two
 apart is the per-node prefill figures (two identical nodes read 1.46 and 1.63 ms a token in one
 bench run) and, once measured, the decode batch. Taken at face value, that noise put both of
-the bench's prefixes on one node, and pinning kept them there (docs/benchmarks.md). The same
-factor makes two plans that reuse a prompt alike a tie (:func:`_warm_tie`)."""
+the bench's prefixes on one node, and pinning kept them there (docs/benchmarks.md)."""
 DEFAULT_MAX_TOKENS = 16
 """Tokens assumed for a request that sets no limit: OpenAI's default ``max_tokens`` for text
 completions (a chat request without one may run longer; the router cannot know)."""
@@ -146,7 +143,6 @@ def rank(
         return order, "pow2", plans.get(order[0])
     if all(p.cost_s is not None for p in plans.values()):
         ranked = sorted(candidates, key=lambda c: (plans[c.key].cost_s, c.queue_len, rng.random()))
-        ranked = _warm_tie(ranked, plans)
         pinned = _pinned(ranked, plans)
         if pinned is not None and pinned is not ranked[0]:
             ranked.remove(pinned)
@@ -166,42 +162,10 @@ def _pinned(ranked: list[Candidate], plans: dict[str, Plan]) -> Candidate | None
     if most == 0:
         return None
     holder = next(c for c in ranked if plans[c.key].engine_chunks == most)
-    cost = plans[holder.key].cost_s
-    cheapest = min((p.cost_s for p in plans.values() if p.cost_s is not None), default=None)
+    cost, cheapest = plans[holder.key].cost_s, plans[ranked[0].key].cost_s
     if cost is None or cheapest is None or cost > PIN_SLACK * cheapest:
         return None
     return holder
-
-
-def _warm_tie(ranked: list[Candidate], plans: dict[str, Plan]) -> list[Candidate]:
-    """``ranked`` (cheapest first) with the cheapest plan's ties moved to the front in the order
-    the load evens out: shorter queue, then the replica used less lately.
-
-    A tie is a plan that reuses the prompt the same way as the cheapest (the same chunks from
-    the engine, the node's relay and other nodes) and costs within :data:`COLD_TIE` of it: then
-    the plans differ only by queue noise. Once a prefix lives on two engines, only one of them
-    also serves the prefixes the other lacks; by cost alone the two split the shared prefix's
-    requests by whichever queue was shorter at that instant, and the replica that also serves
-    the rest stayed the busier (60-65 % of the prompt tokens in the 2-prefix bench,
-    docs/benchmarks.md). Recent use is the steadier signal of where the load goes."""
-    best = plans[ranked[0].key]
-    if best.cost_s is None:
-        return ranked
-
-    def shape(p: Plan) -> tuple[int, int, int]:
-        return (p.engine_chunks, p.local_chunks, p.remote_chunks)
-
-    tied = [
-        c
-        for c in ranked
-        if (p := plans[c.key]).cost_s is not None
-        and shape(p) == shape(best)
-        and p.cost_s <= COLD_TIE * best.cost_s
-    ]
-    if len(tied) < 2:
-        return ranked
-    tied.sort(key=lambda c: (c.queue_len, c.recent_use))
-    return tied + [c for c in ranked if c not in tied]
 
 
 def _pow2(candidates: list[Candidate], plans: dict[str, Plan], rng: random.Random) -> list[str]:
