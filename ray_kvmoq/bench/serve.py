@@ -55,6 +55,9 @@ ROW_NAMES = {
     "b": "ours (MoQT connector + KV router)",
     "c": "ours, reuse off",
 }
+PUBLISH_THRESHOLD = 2
+"""Rows b and c's ``kv_publish_threshold`` unless ``--publish-threshold`` says otherwise: the
+apps' default (a test keeps the two equal)."""
 _APP = "bench"
 _SHORT = {"prefix_repetition": "prefix", "random": "random"}
 _METRICS = ("prefix_cache_hits", "external_prefix_cache_hits", "prompt_tokens")
@@ -119,16 +122,21 @@ def stock_config(
 
 def _our_app(
     replicas: int, reuse: bool, max_len: int, datagram: int, kv_cache_mb: int,
-    engine_extra: dict[str, Any],
+    engine_extra: dict[str, Any], *, publish_threshold: int = PUBLISH_THRESHOLD,
 ) -> Any:  # fmt: skip
     from ray_kvmoq.serving.app import build
 
-    return build(our_args(replicas, reuse, max_len, datagram, kv_cache_mb, engine_extra))
+    return build(
+        our_args(
+            replicas, reuse, max_len, datagram, kv_cache_mb, engine_extra,
+            publish_threshold=publish_threshold,
+        )
+    )  # fmt: skip
 
 
 def our_args(
     replicas: int, reuse: bool, max_len: int, datagram: int, kv_cache_mb: int,
-    engine_extra: dict[str, Any],
+    engine_extra: dict[str, Any], *, publish_threshold: int = PUBLISH_THRESHOLD,
 ) -> Any:  # fmt: skip
     """Rows b and c's app arguments (c: ``reuse`` False)."""
     from ray_kvmoq.serving.app import AppArgs, ReplicaArgs
@@ -137,6 +145,7 @@ def our_args(
         mode="combined",
         max_model_len=max_len,
         kv_reuse=reuse,
+        kv_publish_threshold=publish_threshold,
         kv_cache_gib=kv_cache_mb / 1024,
         relay_datagram_size=datagram,
         engine_kwargs=engine_extra,
@@ -356,7 +365,7 @@ def run_bench(
     *, rows: list[str], replicas: list[int], datasets: list[str], num_prompts: int, rate: float,
     prefix_len: int, suffix_len: int, num_prefixes: int, output_len: int, datagram: int,
     repeat: int = 1, kv_cache_mb: int = 1024, split_cores: bool = True,
-    max_num_batched_tokens: int = CPU_STEP_BUDGET,
+    max_num_batched_tokens: int = CPU_STEP_BUDGET, publish_threshold: int = PUBLISH_THRESHOLD,
 ) -> dict[str, Any]:  # fmt: skip
     """Run every (row, replicas, repetition), each on a fresh cluster; see the module docstring."""
     from ray import serve
@@ -378,7 +387,7 @@ def run_bench(
         "prefix_len": prefix_len, "suffix_len": suffix_len, "num_prefixes": num_prefixes,
         "output_len": output_len, "relay_datagram_size": datagram, "kv_cache_mb": kv_cache_mb,
         "engine_cores": "split" if split_cores else "shared",
-        "max_num_batched_tokens": max_num_batched_tokens,
+        "max_num_batched_tokens": max_num_batched_tokens, "publish_threshold": publish_threshold,
     }}  # fmt: skip
     runs: dict[str, list[dict[str, Any]]] = {}
     for dataset, n, rep, row in run_order(rows, replicas, datasets, repeat):
@@ -396,7 +405,15 @@ def run_bench(
                     app = (
                         _stock_app(model_dir, BUILTIN_MODEL, n, max_len, kv_cache_mb, engine_extra)
                         if row == "a"
-                        else _our_app(n, row == "b", max_len, datagram, kv_cache_mb, engine_extra)
+                        else _our_app(
+                            n,
+                            row == "b",
+                            max_len,
+                            datagram,
+                            kv_cache_mb,
+                            engine_extra,
+                            publish_threshold=publish_threshold,
+                        )
                     )
                     wl = {**workload, "dataset": dataset}
                     base = f"http://127.0.0.1:{port}/{_APP}"
@@ -626,11 +643,21 @@ def _csv(kind: type, value: str) -> list[Any]:
     "CPU; 2048 is vLLM's own CPU default). On CPU a step's time grows with its tokens, and "
     "streams stall and aborts wait for the step; below 128 max_num_seqs follows it down.",
 )
+@click.option(
+    "--publish-threshold",
+    type=click.IntRange(1, 1000),
+    default=PUBLISH_THRESHOLD,
+    show_default=True,
+    help="Rows b and c: an engine publishes a chunk once it has seen it this many times (the "
+    "apps' kv_publish_threshold). 1 publishes every prompt on first sight; 1000 publishes "
+    "nearly nothing, which measures our stack without the cost of publishing.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object keyed by row.")
 def serve(
     rows: str, replicas: str, datasets: str, num_prompts: int, rate: float, prefix_len: int,
     suffix_len: int, num_prefixes: int, output_len: int, datagram: int, kv_cache_mb: int,
-    repeat: int, out: Path, engine_cores: str, max_num_batched_tokens: int, as_json: bool,
+    repeat: int, out: Path, engine_cores: str, max_num_batched_tokens: int,
+    publish_threshold: int, as_json: bool,
 ) -> None:  # fmt: skip
     """Stock Ray Serve LLM vs ours vs ours without reuse, with vLLM's benchmark client, on a
     private 2-node Ray cluster (CPU: tens of minutes)."""
@@ -653,6 +680,7 @@ def serve(
         rate=rate, prefix_len=prefix_len, suffix_len=suffix_len, num_prefixes=num_prefixes,
         output_len=output_len, datagram=datagram, repeat=repeat, kv_cache_mb=kv_cache_mb,
         split_cores=engine_cores == "split", max_num_batched_tokens=max_num_batched_tokens,
+        publish_threshold=publish_threshold,
     )  # fmt: skip
     if res["rows"]:
         plot(res, out)

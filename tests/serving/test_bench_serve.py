@@ -140,7 +140,7 @@ def test_a_row_that_fails_is_reported_and_the_other_rows_are_kept(monkeypatch: A
     monkeypatch.setattr(ray.serve, "start", lambda **kw: None)
     monkeypatch.setattr(ray.serve, "shutdown", lambda: None)
     monkeypatch.setattr(serve, "_stock_app", lambda *a: "stock")
-    monkeypatch.setattr(serve, "_our_app", lambda *a: "ours")
+    monkeypatch.setattr(serve, "_our_app", lambda *a, **kw: "ours")
 
     def one_row(app: str, base: str, key: str, wl: dict[str, Any]) -> dict[str, Any]:
         if app == "stock":
@@ -187,7 +187,7 @@ def test_a_step_budget_reaches_the_stock_and_our_engines_alike(monkeypatch: Any)
     seen: dict[str, dict[str, Any]] = {}
     monkeypatch.setattr(serve, "_stock_app", lambda *a: seen.setdefault("a", a[-1]) and "a")
     monkeypatch.setattr(
-        serve, "_our_app", lambda *a: seen.setdefault("bc"[not a[1]], a[-1]) and "b"
+        serve, "_our_app", lambda *a, **kw: seen.setdefault("bc"[not a[1]], a[-1]) and "b"
     )
     monkeypatch.setattr(serve, "_one_row", lambda *a: {"ttft_mean_ms": 1.0, "failed": 0})
     res = serve.run_bench(rows=["a", "b", "c"], replicas=[1], datasets=["random"], num_prompts=2,
@@ -225,3 +225,19 @@ def test_our_cpu_apps_get_the_cpu_step_budget_unless_engine_kwargs_set_one() -> 
     assert set_64["max_num_batched_tokens"] == set_64["max_num_seqs"] == 64
     gpu = engine(device="gpu")
     assert "max_num_batched_tokens" not in gpu  # GPUs keep vLLM's own budget
+
+
+def test_the_publish_threshold_reaches_our_rows_connectors_and_defaults_to_the_apps() -> None:
+    from ray_kvmoq.bench.serve import PUBLISH_THRESHOLD, our_args, step_budget
+    from ray_kvmoq.serving.app import AppArgs, ReplicaArgs
+    from ray_kvmoq.serving.graph import _llm_config
+
+    def connector_extra(**kw: Any) -> dict[str, Any]:
+        args = our_args(1, True, 512, 1452, 64, step_budget(128), **kw)
+        cfg = _llm_config(args, args.server, "kv_both", "server").engine_kwargs
+        return dict(cfg["kv_transfer_config"]["kv_connector_extra_config"])
+
+    assert connector_extra()["publish_threshold"] == PUBLISH_THRESHOLD
+    assert connector_extra(publish_threshold=1000)["publish_threshold"] == 1000
+    default = AppArgs(mode="combined", server=ReplicaArgs(num_replicas=1)).kv_publish_threshold
+    assert default == PUBLISH_THRESHOLD
