@@ -55,9 +55,6 @@ ROW_NAMES = {
     "b": "ours (MoQT connector + KV router)",
     "c": "ours, reuse off",
 }
-PUBLISH_THRESHOLD = 2
-"""Rows b and c's ``kv_publish_threshold`` unless ``--publish-threshold`` says otherwise: the
-apps' default (a test keeps the two equal)."""
 _APP = "bench"
 _SHORT = {"prefix_repetition": "prefix", "random": "random"}
 _METRICS = ("prefix_cache_hits", "external_prefix_cache_hits", "prompt_tokens")
@@ -122,7 +119,7 @@ def stock_config(
 
 def _our_app(
     replicas: int, reuse: bool, max_len: int, datagram: int, kv_cache_mb: int,
-    engine_extra: dict[str, Any], *, publish_threshold: int = PUBLISH_THRESHOLD,
+    engine_extra: dict[str, Any], *, publish_threshold: int | None = None,
 ) -> Any:  # fmt: skip
     from ray_kvmoq.serving.app import build
 
@@ -136,11 +133,14 @@ def _our_app(
 
 def our_args(
     replicas: int, reuse: bool, max_len: int, datagram: int, kv_cache_mb: int,
-    engine_extra: dict[str, Any], *, publish_threshold: int = PUBLISH_THRESHOLD,
+    engine_extra: dict[str, Any], *, publish_threshold: int | None = None,
 ) -> Any:  # fmt: skip
-    """Rows b and c's app arguments (c: ``reuse`` False)."""
+    """Rows b and c's app arguments (c: ``reuse`` False; ``publish_threshold`` None: the apps'
+    default ``kv_publish_threshold``)."""
     from ray_kvmoq.serving.app import AppArgs, ReplicaArgs
 
+    if publish_threshold is None:
+        publish_threshold = AppArgs.model_fields["kv_publish_threshold"].default
     return AppArgs(
         mode="combined",
         max_model_len=max_len,
@@ -365,18 +365,21 @@ def run_bench(
     *, rows: list[str], replicas: list[int], datasets: list[str], num_prompts: int, rate: float,
     prefix_len: int, suffix_len: int, num_prefixes: int, output_len: int, datagram: int,
     repeat: int = 1, kv_cache_mb: int = 1024, split_cores: bool = True,
-    max_num_batched_tokens: int = CPU_STEP_BUDGET, publish_threshold: int = PUBLISH_THRESHOLD,
+    max_num_batched_tokens: int = CPU_STEP_BUDGET, publish_threshold: int | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Run every (row, replicas, repetition), each on a fresh cluster; see the module docstring."""
     from ray import serve
 
     from ray_kvmoq.engine.loader import BUILTIN_MODEL, cached_builtin_dir
+    from ray_kvmoq.serving.app import AppArgs
 
     from .cluster import two_node_cluster
 
     model_dir = str(cached_builtin_dir())
     max_len = prefix_len + suffix_len + output_len + 64
     engine_extra = step_budget(max_num_batched_tokens)  # every row alike
+    if publish_threshold is None:
+        publish_threshold = AppArgs.model_fields["kv_publish_threshold"].default
     workload = {
         "model": BUILTIN_MODEL, "tokenizer": model_dir,
         "num_prompts": num_prompts, "rate": rate, "prefix_len": prefix_len,
@@ -646,18 +649,17 @@ def _csv(kind: type, value: str) -> list[Any]:
 @click.option(
     "--publish-threshold",
     type=click.IntRange(1, 1000),
-    default=PUBLISH_THRESHOLD,
-    show_default=True,
-    help="Rows b and c: an engine publishes a chunk once it has seen it this many times (the "
-    "apps' kv_publish_threshold). 1 publishes every prompt on first sight; 1000 publishes "
-    "nearly nothing, which measures our stack without the cost of publishing.",
+    default=None,
+    help="Rows b and c: an engine publishes a chunk once it has seen it this many times "
+    "[default: the apps' kv_publish_threshold]. 1 publishes every prompt on first sight; 1000 "
+    "publishes nearly nothing, which measures our stack without the cost of publishing.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object keyed by row.")
 def serve(
     rows: str, replicas: str, datasets: str, num_prompts: int, rate: float, prefix_len: int,
     suffix_len: int, num_prefixes: int, output_len: int, datagram: int, kv_cache_mb: int,
     repeat: int, out: Path, engine_cores: str, max_num_batched_tokens: int,
-    publish_threshold: int, as_json: bool,
+    publish_threshold: int | None, as_json: bool,
 ) -> None:  # fmt: skip
     """Stock Ray Serve LLM vs ours vs ours without reuse, with vLLM's benchmark client, on a
     private 2-node Ray cluster (CPU: tens of minutes)."""

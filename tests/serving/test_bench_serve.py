@@ -228,7 +228,7 @@ def test_our_cpu_apps_get_the_cpu_step_budget_unless_engine_kwargs_set_one() -> 
 
 
 def test_the_publish_threshold_reaches_our_rows_connectors_and_defaults_to_the_apps() -> None:
-    from ray_kvmoq.bench.serve import PUBLISH_THRESHOLD, our_args, step_budget
+    from ray_kvmoq.bench.serve import our_args, step_budget
     from ray_kvmoq.serving.app import AppArgs, ReplicaArgs
     from ray_kvmoq.serving.graph import _llm_config
 
@@ -237,7 +237,6 @@ def test_the_publish_threshold_reaches_our_rows_connectors_and_defaults_to_the_a
         cfg = _llm_config(args, args.server, "kv_both", "server").engine_kwargs
         return dict(cfg["kv_transfer_config"]["kv_connector_extra_config"])
 
-    assert connector_extra()["publish_threshold"] == PUBLISH_THRESHOLD
-    assert connector_extra(publish_threshold=1000)["publish_threshold"] == 1000
     default = AppArgs(mode="combined", server=ReplicaArgs(num_replicas=1)).kv_publish_threshold
-    assert default == PUBLISH_THRESHOLD
+    assert connector_extra()["publish_threshold"] == default
+    assert connector_extra(publish_threshold=1000)["publish_threshold"] == 1000
