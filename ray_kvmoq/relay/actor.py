@@ -13,7 +13,9 @@ which is tested without Ray).
 * ``DirectoryActor`` (named ``kvmoq_directory``) holds the :class:`~.directory.Directory`.
   Relays feed it; a watchdog pings every registered relay and drops a node whose relay is dead
   (its ping fails at once) within about ``watchdog_s`` seconds, a merely unresponsive one after
-  10 silent rounds.
+  10 silent rounds. Its ``watch`` is a long poll on the hash index's change journal, which a
+  :class:`DirectoryFollower` uses to keep a :class:`~.directory.HashView` current in a reader's
+  process (the router; prefill's lookups), so a lookup on the request path costs no round trip.
 
 Lifetime (what :func:`start_relays` creates): the directory and every relay are **detached**
 (they outlive the process that created them) and **restartable** (``max_restarts=-1``). A
@@ -37,6 +39,7 @@ import logging
 import os
 import secrets
 import socket
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -47,7 +50,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from ray_kvmoq.moqt.api import Group, MoqtObject
 
 from .cache import CacheFull, GroupKey, GroupStore, RelayCache
-from .directory import Directory, Location, NodeInfo
+from .directory import Directory, HashView, Location, NodeInfo
 from .events import INTERNAL_ERROR, TIMEOUT, TRACK_DOES_NOT_EXIST, Upstream
 from .relay import GroupEnded, Relay, RelayError, TrackEnded, as_namespace, as_track
 
@@ -57,9 +60,11 @@ __all__ = [
     "DIRECTORY_NAME",
     "DataPlaneActor",
     "DirectoryActor",
+    "DirectoryFollower",
     "RayDirectoryClient",
     "RayGroupStore",
     "RelayActor",
+    "follow_directory",
     "get_directory",
     "local_relay",
     "on_head_node",
@@ -202,6 +207,7 @@ class DirectoryActor:
         self.unresponsive_limit = 10
         """Silent ping rounds before a live-but-unresponsive relay is dropped."""
         self._task: asyncio.Task[None] | None = None
+        self._changed = asyncio.Event()
 
     async def epoch(self) -> str:
         """This incarnation's id: a relay that sees it change re-announces what it holds."""
@@ -213,6 +219,7 @@ class DirectoryActor:
         """Record a relay's address (and its handle, for the watchdog); ``fresh``: it holds
         nothing yet, forget what was recorded for the node before."""
         self._d.register_node(info, fresh=fresh)
+        self._wake()
         if relay_handle is not None:
             self._relays[info.node_id] = relay_handle
         if self._task is None:
@@ -229,17 +236,48 @@ class DirectoryActor:
         """Record groups cached on a node."""
         if node_id in self._relays or self._d.node(node_id) is not None:
             self._d.add_groups(node_id, namespace, track, groups, hashes)
+            self._wake()
 
     async def remove_groups(
         self, node_id: str, namespace: tuple[bytes, ...], track: bytes, groups: list[int]
     ) -> None:
         """Forget evicted groups."""
         self._d.remove_groups(node_id, namespace, track, groups)
+        self._wake()
 
     async def remove_node(self, node_id: str) -> None:
         """Forget a node (also done by the watchdog when its relay dies)."""
         self._relays.pop(node_id, None)
         self._d.remove_node(node_id)
+        self._wake()
+
+    async def watch(
+        self, epoch: str | None, version: int, timeout_s: float = 30.0
+    ) -> dict[str, Any]:
+        """Long poll for a :class:`~.directory.HashView` at ``(epoch, version)``: answers as
+        soon as the hash index changed after it, else after ``timeout_s`` (at most 60) with no
+        changes. ``{"epoch", "version", "changes"}`` brings the view to ``version``; a view of
+        another incarnation, or further behind than the journal reaches, gets
+        ``{"epoch", "version", "snapshot"}`` (every entry) instead."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(max(timeout_s, 0.0), 60.0)
+        while True:
+            changes = self._d.changes_since(version) if epoch == self._epoch else None
+            if changes is None:
+                snapshot = self._d.hash_entries()
+                return {"epoch": self._epoch, "version": self._d.version, "snapshot": snapshot}
+            remaining = deadline - loop.time()
+            if changes or remaining <= 0:
+                return {"epoch": self._epoch, "version": self._d.version, "changes": changes}
+            try:
+                await asyncio.wait_for(self._changed.wait(), remaining)
+            except TimeoutError:
+                pass
+
+    def _wake(self) -> None:
+        """Answer every pending :meth:`watch` (each looks at what changed for itself)."""
+        self._changed.set()
+        self._changed = asyncio.Event()
 
     async def locate(self, namespace: tuple[bytes, ...], track: bytes) -> list[NodeInfo]:
         """Relays caching any group of the track."""
@@ -293,6 +331,88 @@ class DirectoryActor:
                     misses.pop(node_id, None)
                     if self._relays.get(node_id) is handle:
                         await self.remove_node(node_id)
+
+
+class DirectoryFollower:
+    """A :class:`~.directory.HashView` of the ``kvmoq_directory`` actor, kept current in this
+    process by a daemon thread with one pending :meth:`DirectoryActor.watch` call at a time.
+
+    Idle, that is one call per ``poll_s``; a change reaches the view one round trip after it
+    reaches the directory. Readers in any thread or event loop call :meth:`longest_prefix`
+    (no round trip) while :attr:`live` is true, and ask the directory themselves otherwise:
+    before the first answer, and from the moment a call fails (the directory died or restarts)
+    until one succeeds again. Get one with :func:`follow_directory`."""
+
+    def __init__(self, namespace: str | None = None, *, poll_s: float = 30.0) -> None:
+        self.namespace = namespace
+        self.poll_s = poll_s
+        self.view = HashView()
+        self.answers = 0
+        """``watch`` answers absorbed (for tests and stats)."""
+        self._lock = threading.Lock()
+        self._live = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kvmoq-directory", daemon=True)
+        self._thread.start()
+
+    @property
+    def live(self) -> bool:
+        """The view is current: the last ``watch`` answered and none has failed since."""
+        return self._live.is_set()
+
+    def wait_live(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the view to be current; returns :attr:`live`."""
+        return self._live.wait(timeout_s)
+
+    def longest_prefix(self, chunk_hashes: Sequence[bytes]) -> list[list[Location]]:
+        """As :meth:`DirectoryActor.longest_prefix`, from the view (check :attr:`live`)."""
+        with self._lock:
+            return self.view.longest_prefix(chunk_hashes)
+
+    def stop(self) -> None:
+        """End the thread (after its pending call answers or times out)."""
+        self._stop.set()
+        self._live.clear()
+
+    def _run(self) -> None:
+        handle: Any = None
+        backoff = 0.2
+        while not self._stop.is_set():
+            try:
+                if handle is None:
+                    handle = ray.get_actor(DIRECTORY_NAME, namespace=self.namespace)
+                v = self.view
+                ref = handle.watch.remote(v.epoch, v.version, self.poll_s)
+                answer = ray.get(ref, timeout=self.poll_s + 10.0)
+            except Exception as exc:  # no directory yet, or it died: readers ask it themselves
+                self._live.clear()
+                handle = None
+                log.debug("directory follower: %r; retrying in %.1f s", exc, backoff)
+                self._stop.wait(backoff)
+                backoff = min(2 * backoff, 5.0)
+                continue
+            with self._lock:
+                if "snapshot" in answer:
+                    self.view.reset(answer["epoch"], answer["version"], answer["snapshot"])
+                else:
+                    self.view.apply(answer["version"], answer["changes"])
+                self.answers += 1
+            self._live.set()
+            backoff = 0.2
+
+
+_FOLLOWERS: dict[str | None, DirectoryFollower] = {}
+_FOLLOWERS_LOCK = threading.Lock()
+
+
+def follow_directory(namespace: str | None = None) -> DirectoryFollower:
+    """This process's :class:`DirectoryFollower` of the directory in Ray namespace
+    ``namespace`` (started on the first call; Ray must be initialized)."""
+    with _FOLLOWERS_LOCK:
+        follower = _FOLLOWERS.get(namespace)
+        if follower is None or follower._stop.is_set():
+            follower = _FOLLOWERS[namespace] = DirectoryFollower(namespace)
+        return follower
 
 
 _HELD: dict[str, Any] = {}

@@ -13,18 +13,28 @@ Invariants:
 * A group reported without a hash (a relay that pulled it over MoQT cannot know it) inherits
   the hash another holder of the same (namespace, track, group) reported.
 
+Readers on the request path (the router, a prefill's lookup) keep a :class:`HashView`: a copy
+of the hash index, kept current from the directory's change journal (``version`` counts every
+change to the hash index; :meth:`Directory.changes_since` answers what changed after a version,
+or None once the journal no longer reaches back that far, when the reader takes a whole
+:meth:`Directory.hash_entries` snapshot instead). A lookup then costs no round trip.
+
 The Ray shell (``actor.py``) wraps one :class:`Directory` in the ``kvmoq_directory`` actor; tests
 and the plain relay use it directly.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["Directory", "Location", "NodeInfo"]
+__all__ = ["JOURNAL_KEPT", "Change", "Directory", "HashView", "Location", "NodeInfo"]
 
 Namespace = tuple[bytes, ...]
+
+JOURNAL_KEPT = 65536
+"""Hash-index changes the directory remembers; a reader further behind takes a snapshot."""
 
 
 @dataclass(frozen=True, kw_only=True, order=True)
@@ -56,6 +66,10 @@ class NodeInfo:
     empty when the relay serves FETCH on ``port`` itself."""
 
 
+Change = tuple[bool, bytes, "Location"]
+"""One change to the hash index: (added, chunk hash, location); False: the location is gone."""
+
+
 @dataclass
 class _NodeState:
     info: NodeInfo | None = None
@@ -70,6 +84,9 @@ class Directory:
         self._nodes: dict[str, _NodeState] = {}
         self._by_hash: dict[bytes, set[Location]] = {}
         self._by_track: dict[tuple[Namespace, bytes], dict[int, set[str]]] = {}
+        self.version = 0
+        """Changes to the hash index so far (see :meth:`changes_since`)."""
+        self._journal: deque[tuple[int, Change]] = deque(maxlen=JOURNAL_KEPT)
 
     # ---- feeding -------------------------------------------------------------------------
 
@@ -108,7 +125,10 @@ class Directory:
                     )
                 st.hashes[(namespace, track, gid)] = h
                 loc = Location(node_id=node_id, namespace=namespace, track=track, group_id=gid)
-                self._by_hash.setdefault(h, set()).add(loc)
+                locs = self._by_hash.setdefault(h, set())
+                if loc not in locs:
+                    locs.add(loc)
+                    self._note(True, h, loc)
 
     def remove_groups(
         self, node_id: str, namespace: Namespace, track: bytes, groups: Iterable[int]
@@ -197,6 +217,20 @@ class Directory:
             out.append(locs)
         return out
 
+    def changes_since(self, version: int) -> list[Change] | None:
+        """The hash-index changes after ``version``, oldest first; None when the journal no
+        longer reaches back that far, or ``version`` is not one of this directory's."""
+        if version == self.version:
+            return []
+        if version > self.version or version < self.version - len(self._journal):
+            return None
+        start = len(self._journal) - (self.version - version)
+        return [change for _, change in list(self._journal)[start:]]
+
+    def hash_entries(self) -> list[tuple[bytes, Location]]:
+        """Every (chunk hash, location) pair: a :class:`HashView` snapshot at ``version``."""
+        return [(h, loc) for h, locs in self._by_hash.items() for loc in locs]
+
     def stats(self) -> dict[str, int]:
         """Sizes, for logs and tests."""
         return {
@@ -215,9 +249,59 @@ class Directory:
                 return h
         return None
 
+    def _note(self, added: bool, h: bytes, loc: Location) -> None:
+        self.version += 1
+        self._journal.append((self.version, (added, h, loc)))
+
     def _unhash(self, h: bytes, loc: Location) -> None:
         locs = self._by_hash.get(h)
-        if locs is not None:
+        if locs is not None and loc in locs:
             locs.discard(loc)
+            self._note(False, h, loc)
             if not locs:
                 del self._by_hash[h]
+
+
+class HashView:
+    """A reader's copy of a :class:`Directory`'s hash index at one version of one directory
+    incarnation (``epoch``), answering :meth:`longest_prefix` as the directory would."""
+
+    def __init__(self) -> None:
+        self.epoch: str | None = None
+        """The directory incarnation this copy follows (None: none yet)."""
+        self.version = 0
+        self._by_hash: dict[bytes, set[Location]] = {}
+
+    def reset(self, epoch: str, version: int, entries: Iterable[tuple[bytes, Location]]) -> None:
+        """Replace the copy with a snapshot (:meth:`Directory.hash_entries` at ``version``)."""
+        self._by_hash = {}
+        for h, loc in entries:
+            self._by_hash.setdefault(h, set()).add(loc)
+        self.epoch, self.version = epoch, version
+
+    def apply(self, version: int, changes: Iterable[Change]) -> None:
+        """Apply :meth:`Directory.changes_since` ``(self.version)``, which brings it to
+        ``version``."""
+        for added, h, loc in changes:
+            if added:
+                self._by_hash.setdefault(h, set()).add(loc)
+            else:
+                locs = self._by_hash.get(h)
+                if locs is not None:
+                    locs.discard(loc)
+                    if not locs:
+                        del self._by_hash[h]
+        self.version = version
+
+    def __len__(self) -> int:
+        return len(self._by_hash)
+
+    def longest_prefix(self, chunk_hashes: Sequence[bytes]) -> list[list[Location]]:
+        """As :meth:`Directory.longest_prefix`, from this copy."""
+        out: list[list[Location]] = []
+        for h in chunk_hashes:
+            locs = self._by_hash.get(h)
+            if not locs:
+                break
+            out.append(sorted(locs))
+        return out

@@ -9,7 +9,9 @@ what the KV layer needs in front of it:
   (narrowed by the client's own ``cache_salt``), so no tenant can hit, or learn about, another
   tenant's prefixes; with keys configured a missing or wrong key is a 401;
 * ``GET /health`` (200 once every model deployment answers) and ``GET /metrics`` (Prometheus:
-  the KV router's decisions, which run in this process).
+  the KV router's decisions, which run in this process);
+* the KV router made ready while the ingress starts (``routing``: :func:`.router.warm_up`'s
+  arguments), not on the first request.
 """
 
 # No "from __future__ import annotations": FastAPI reads these handlers' annotations at run time.
@@ -27,6 +29,7 @@ from ray.llm._internal.serve.core.ingress.ingress import DEFAULT_ENDPOINTS, Open
 from starlette.responses import JSONResponse, Response
 
 from .metrics import CONTENT_TYPE, process_metrics
+from .router import warm_up
 from .tenants import AuthError, TenantTable
 
 __all__ = ["ENDPOINTS", "KVIngress"]
@@ -49,10 +52,13 @@ class KVIngress(OpenAiIngress):
         *,
         api_keys: dict[str, str] | None = None,
         tenant_secret: str,
+        routing: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(llm_deployments, model_cards, **kwargs)
         self._tenants = TenantTable(api_keys, secret=tenant_secret)
+        if routing is not None:  # the KV router runs in this process: ready it now
+            warm_up(**routing)
 
     async def _get_model_id(self, model: str | None) -> str:
         """Ray Serve LLM raises FastAPI ``HTTPException`` s here, which FastAPI answers as

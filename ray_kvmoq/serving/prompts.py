@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import types
 from typing import Any
 
 from ray_kvmoq.kvcache.naming import chunk_hashes
@@ -41,12 +42,15 @@ def _load_tokenizer(model_dir: str) -> Any:
 
 
 def warm_tokenizer(model_dir: str) -> None:
-    """Load ``model_dir``'s tokenizer now (seconds) so the first request does not wait for it;
-    a failure is left for :func:`request_tokens` to meet (and route without KV information)."""
+    """Load ``model_dir``'s tokenizer and compile its chat template now (together most of a
+    second) so the first request does not wait for them; a failure is left for
+    :func:`request_tokens` to meet (and route without KV information)."""
     try:
         _tokenizer(model_dir)
     except Exception as exc:
         log.debug("cannot load the tokenizer of %s: %s", model_dir, exc)
+        return
+    request_tokens(types.SimpleNamespace(messages=[{"role": "user", "content": "hi"}]), model_dir)
 
 
 def _text(content: Any) -> str:

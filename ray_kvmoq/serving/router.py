@@ -4,9 +4,11 @@ Per request it works out where the prompt's KV is and what each candidate replic
 it (:mod:`.costmodel`), then ranks the candidates cheapest first:
 
 * *where the KV is*: the prompt is tokenized as vLLM will (:mod:`.prompts`), its chained chunk
-  hashes go to the cluster's KV directory (``longest_prefix``: which nodes' relays hold each
-  leading chunk), and the router remembers which prefixes it recently sent to which replica
-  (they sit in that engine's own prefix cache);
+  hashes are looked up in this process's copy of the cluster's KV directory (a
+  :class:`~ray_kvmoq.relay.actor.DirectoryFollower`: which nodes' relays hold each leading
+  chunk, no round trip; the directory itself is asked only while that copy is not current),
+  and the router remembers which prefixes it recently sent to which replica (they sit in that
+  engine's own prefix cache);
 * *what it costs*: prefill and pull speed per node as measured on the running cluster (the
   figures board), one decode figure for all candidates (:func:`shared_decode_figure`), the
   track's real bytes per token, and the work ahead on each replica: the planned prefill seconds
@@ -27,8 +29,9 @@ falls through when the best one is full. Lookups are bounded (a slow directory m
 without KV information, never a stuck request).
 
 ``request_router_kwargs``: ``kv_model``, ``model_dir``, ``chunk_size``, ``bytes_per_token``,
-``codec``, ``tenant_salt``, ``deployment`` (metrics label), ``ray_namespace``, and what the
-engines can reuse: ``engine_prefix_cache`` (vLLM's prefix cache is on: a replica holds what it
+``codec``, ``tenant_salt``, ``deployment`` (metrics label), ``ray_namespace``,
+``directory_view`` (keep the local copy of the directory; default on), and what the engines can
+reuse: ``engine_prefix_cache`` (vLLM's prefix cache is on: a replica holds what it
 was sent) and ``kv_reuse`` (the connector loads from the relays: the directory matters). With
 both off every ranking is ``pow2``: remembering where a prefix went would only pile every repeat
 of it onto one replica that cannot reuse it.
@@ -49,6 +52,8 @@ from typing import Any
 from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
 
 from ray_kvmoq.connector.figures import FiguresSnapshot
+from ray_kvmoq.relay.actor import DIRECTORY_NAME, DirectoryFollower, follow_directory
+from ray_kvmoq.relay.directory import Location
 
 from .costmodel import Candidate, NodeFigures, Plan, RequestView, plan
 from .metrics import process_metrics
@@ -63,6 +68,7 @@ __all__ = [
     "max_tokens",
     "rank",
     "shared_decode_figure",
+    "warm_up",
 ]
 
 log = logging.getLogger(__name__)
@@ -70,10 +76,12 @@ log = logging.getLogger(__name__)
 _LOOKUP_TIMEOUT_S = 0.25
 _FIGURES_MAX_AGE_S = 2.0
 _CHAIN_TTL_S = 1.0
-"""How long a complete directory answer (every usable chunk has a holder) is reused for the
-same prefix: the hot prefixes of a shared-prefix workload are looked up once a second, not once
-per request. A stale answer only misses a holder that appeared since (the connector makes its
-own lookup before it loads anything)."""
+"""While the local copy of the directory is not current: how long a complete answer from the
+directory (every usable chunk has a holder) is reused for the same prefix, so the hot prefixes
+of a shared-prefix workload are asked for once a second, not once per request. A stale answer
+only misses a holder that appeared since (the connector makes its own lookup before it loads
+anything)."""
+_WARM_DIRECTORY_S = 10.0
 _CHAINS_KEPT = 1024
 _RECENT_PER_REPLICA = 4096
 _CLAIM_TTL_S = 5.0
@@ -333,6 +341,9 @@ class KVRouter(RequestRouter):
         self._ns = str(kwargs.get("ray_namespace", "kvmoq"))
         self._engine_cache = bool(kwargs.get("engine_prefix_cache", True))
         self._kv_reuse = bool(kwargs.get("kv_reuse", True))
+        self._follower: DirectoryFollower | None = None
+        if self._kv_reuse and kwargs.get("directory_view", True):
+            self._follower = follow_directory(self._ns)
         self._rng = random.Random()
         self._recent: dict[str, OrderedDict[str, None]] = {}
         self._pending: OrderedDict[int, list[str]] = OrderedDict()
@@ -453,8 +464,22 @@ class KVRouter(RequestRouter):
         )
 
     async def _holders(self, hashes: list[bytes]) -> list[frozenset[str]]:
-        """Per leading chunk, the nodes whose relays hold it on the router's track (the
-        directory's longest prefix; a complete answer is reused for ``_CHAIN_TTL_S``)."""
+        """Per leading chunk, the nodes whose relays hold it on the router's track: from the
+        local copy of the directory while it is current, else asked of the directory."""
+        follower = self._follower
+        if follower is not None and follower.live:
+            return self._on_track(follower.longest_prefix(hashes))
+        return await self._asked_holders(hashes)
+
+    def _on_track(self, chain: list[list[Location]]) -> list[frozenset[str]]:
+        return [
+            frozenset(loc.node_id for loc in locs if bytes(loc.track) == self._codec)
+            for locs in chain
+        ]
+
+    async def _asked_holders(self, hashes: list[bytes]) -> list[frozenset[str]]:
+        """:meth:`_holders` from the directory's ``longest_prefix`` (a complete answer is
+        reused for ``_CHAIN_TTL_S``)."""
         now = time.monotonic()
         key = hashes[-1]  # chained: the last hash names the whole prefix
         hit = self._chains.get(key)
@@ -468,10 +493,7 @@ class KVRouter(RequestRouter):
             log.debug("KV directory lookup failed for routing: %s", exc)
             self._directory = None
             return []
-        holders = [
-            frozenset(loc.node_id for loc in locs if bytes(loc.track) == self._codec)
-            for locs in chain
-        ]
+        holders = self._on_track(chain)
         if len(holders) == len(hashes) and all(holders):
             self._chains[key] = (now, holders)
             self._chains.move_to_end(key)
@@ -482,8 +504,6 @@ class KVRouter(RequestRouter):
     def _dir(self) -> Any:
         if self._directory is None:
             import ray
-
-            from ray_kvmoq.relay.actor import DIRECTORY_NAME
 
             self._directory = ray.get_actor(DIRECTORY_NAME, namespace=self._ns)
         return self._directory
@@ -509,6 +529,18 @@ class KVRouter(RequestRouter):
         except Exception as exc:
             log.debug("cannot read the figures board: %s", exc)
             self._board = None
+
+
+def warm_up(*, model_dir: str, ray_namespace: str, kv_reuse: bool = True) -> None:
+    """What a :class:`KVRouter` in this process needs before its first ranking, done now (the
+    ingress calls it while it starts): the tokenizer loaded and its chat template compiled, and
+    the local copy of the directory current. Serve creates the router only on the first request,
+    which otherwise waited for both (measured: 0.7 s, 14 ms of a 48-request bench's mean TTFT).
+    Waits at most ``_WARM_DIRECTORY_S`` for the directory; the router asks it directly until
+    its copy is current."""
+    warm_tokenizer(model_dir)
+    if kv_reuse and not follow_directory(ray_namespace).wait_live(_WARM_DIRECTORY_S):
+        log.warning("KV directory not reachable yet: routing asks it per request until it is")
 
 
 def max_tokens(request: Any) -> int:

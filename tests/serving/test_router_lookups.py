@@ -56,7 +56,12 @@ class _StuckBoard:
 def _router(directory: Any = None, board: Any = None) -> KVRouter:
     r = KVRouter.__new__(KVRouter)
     # a local directory with no tokenizer in it: its start-up load fails at once, offline
-    r.initialize_state(kv_model="m", model_dir=str(Path(__file__).parent), bytes_per_token=1.0)
+    r.initialize_state(
+        kv_model="m",
+        model_dir=str(Path(__file__).parent),
+        bytes_per_token=1.0,
+        directory_view=False,
+    )
     r._directory = directory
     r._board = board
     return r
@@ -127,7 +132,7 @@ def test_the_tokenizer_loads_in_the_background_when_the_router_starts() -> None:
     model_dir = str(cached_builtin_dir())
     prompts._load_tokenizer.cache_clear()
     r = KVRouter.__new__(KVRouter)
-    r.initialize_state(kv_model="m", model_dir=model_dir, bytes_per_token=1.0)
+    r.initialize_state(kv_model="m", model_dir=model_dir, bytes_per_token=1.0, directory_view=False)
     for t in threading.enumerate():
         if t.name == "kvmoq-tokenizer":
             t.join(60.0)
@@ -155,7 +160,9 @@ def test_engines_without_reuse_get_no_affinity_and_no_directory_lookups() -> Non
     def second_outcome(**flags: bool) -> tuple[str, int]:
         d = _Directory({})
         r = KVRouter.__new__(KVRouter)
-        r.initialize_state(kv_model="m", model_dir=model_dir, bytes_per_token=1.0, **flags)
+        r.initialize_state(
+            kv_model="m", model_dir=model_dir, bytes_per_token=1.0, directory_view=False, **flags
+        )
         r._directory = d
         view = asyncio.run(r._view(request))
         assert view is not None and view.prompt_tokens == 8 * 128 + 39

@@ -1,0 +1,126 @@
+"""A reader's local copy of the KV directory (:class:`DirectoryFollower`) against a real
+``kvmoq_directory`` actor on the shared Ray cluster: it is current one round trip after a change
+(a long poll, not a poll interval), it says when it is not current, and it rebuilds itself from
+a restarted directory. The KV router ranks from it without asking the directory."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.ray
+
+NS = (b"moq://kvcache.moq.arpa/v1/", b"m", b"follow")
+
+
+def _until(cond: Callable[[], bool], timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.02)
+    return cond()
+
+
+@pytest.fixture
+def directory(ray_cluster: Any) -> Iterator[tuple[Any, str]]:
+    """A directory actor of its own (a fresh Ray namespace), restartable once."""
+    import ray
+
+    from ray_kvmoq.relay.actor import DIRECTORY_NAME, DirectoryActor
+    from ray_kvmoq.relay.directory import NodeInfo
+
+    namespace = f"follow-{uuid.uuid4().hex[:8]}"
+    actor = DirectoryActor.options(  # type: ignore[attr-defined]
+        name=DIRECTORY_NAME, namespace=namespace, max_restarts=1
+    ).remote()
+    ray.get(actor.register_node.remote(NodeInfo(node_id="A", host="127.0.0.1", port=1)))
+    yield actor, namespace
+    ray.kill(actor, no_restart=True)
+
+
+def _add(actor: Any, gid: int, h: bytes, node: str = "A") -> None:
+    import ray
+
+    ray.get(actor.add_groups.remote(node, NS, b"BF16", [gid], {gid: h}))
+
+
+def test_a_follower_is_current_one_round_trip_after_a_change_and_rebuilds_after_a_restart(
+    directory: tuple[Any, str],
+) -> None:
+    """With a 30 s poll, each change shows within 10 s (the pending watch answers when the
+    change arrives); killing the directory makes the copy not current, and the restarted
+    (empty) directory's snapshot replaces it."""
+    import ray
+
+    from ray_kvmoq.relay.actor import DirectoryFollower
+    from ray_kvmoq.relay.directory import NodeInfo
+
+    actor, namespace = directory
+    _add(actor, 0, b"h0")
+    follower = DirectoryFollower(namespace, poll_s=30.0)
+    try:
+        assert follower.wait_live(30.0)
+        assert [[loc.node_id for loc in locs] for locs in follower.longest_prefix([b"h0"])] == [
+            ["A"]
+        ]
+        epoch = follower.view.epoch
+        for gid in (1, 2, 3):
+            answers = follower.answers
+            _add(actor, gid, b"h%d" % gid)
+            assert _until(
+                lambda g=gid: len(follower.longest_prefix([b"h0", b"h1", b"h2", b"h3"])) == g + 1,
+                10.0,
+            )
+            assert follower.answers > answers
+        ray.get(actor.remove_groups.remote("A", NS, b"BF16", [1]))
+        assert _until(lambda: len(follower.longest_prefix([b"h0", b"h1"])) == 1, 10.0)
+
+        ray.kill(actor, no_restart=False)  # Ray restarts it empty, under a new epoch
+        assert _until(lambda: not follower.live, 30.0)
+        assert _until(lambda: follower.live and follower.view.epoch != epoch, 60.0)
+        assert follower.longest_prefix([b"h0"]) == [] and len(follower.view) == 0
+        ray.get(actor.register_node.remote(NodeInfo(node_id="B", host="127.0.0.1", port=2)))
+        _add(actor, 0, b"h0", node="B")
+        assert _until(lambda: len(follower.longest_prefix([b"h0"])) == 1, 10.0)
+    finally:
+        follower.stop()
+
+
+def test_the_router_ranks_from_a_current_copy_and_asks_the_directory_when_it_is_not(
+    directory: tuple[Any, str],
+) -> None:
+    """A router whose follower is current answers holders without a directory call (its
+    direct path would raise here); once the follower stops, the same answer comes from the
+    directory itself."""
+    from ray_kvmoq.engine.loader import cached_builtin_dir
+    from ray_kvmoq.serving.router import KVRouter
+
+    actor, namespace = directory
+    _add(actor, 0, b"h0")
+    _add(actor, 1, b"h1")
+    r = KVRouter.__new__(KVRouter)
+    r.initialize_state(
+        kv_model="m",
+        model_dir=str(cached_builtin_dir()),
+        bytes_per_token=1.0,
+        ray_namespace=namespace,
+    )
+    assert r._follower is not None and r._follower.wait_live(30.0)
+
+    class _NoCalls:
+        @property
+        def longest_prefix(self) -> Any:
+            raise AssertionError("the router asked the directory")
+
+    r._directory = _NoCalls()
+    expected = [frozenset({"A"}), frozenset({"A"})]
+    assert asyncio.run(r._holders([b"h0", b"h1", b"h9"])) == expected
+    r._follower.stop()
+    r._directory = None  # the real directory actor, looked up by name
+    assert asyncio.run(r._holders([b"h0", b"h1", b"h9"])) == expected
