@@ -7,8 +7,9 @@ on node N attaches to N's raylet and reads N's object store zero-copy) and finds
 the node's ``RelayActor`` by name in the relays' Ray namespace. Inside a Ray worker it reuses
 the existing connection.
 
-Everything here is synchronous and bounded by a timeout: the scheduler polls a lookup with
-:meth:`RelayBridge.poll_lookup` (never blocking the engine loop), the worker's loader and
+Everything here is synchronous and bounded by a timeout: the scheduler's lookups are answered
+from this process's copy of the directory, or polled with :meth:`RelayBridge.poll_lookup` while
+that copy is not current (never blocking the engine loop), the worker's loader and
 publisher threads call :meth:`get_group` and :meth:`publish_group`. A relay that died is looked up
 again (the relays restart; see ``ray_kvmoq.relay.actor``) on the next call.
 
@@ -27,7 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ray_kvmoq.relay.actor import relay_name, start_relays
+from ray_kvmoq.relay.actor import DirectoryFollower, follow_directory, relay_name, start_relays
 from ray_kvmoq.relay.cache import CachedObject
 from ray_kvmoq.relay.directory import Location
 from ray_kvmoq.relay.packed import PackedGroup, unpack_group
@@ -85,6 +86,15 @@ def join_ray(address: str | None, namespace: str, node_ip: str | None = None) ->
         random.setstate(state)
 
 
+class _Answered:
+    """A lookup answered from the local copy of the directory (see :meth:`RelayBridge.start_lookup`)."""
+
+    __slots__ = ("chain",)
+
+    def __init__(self, chain: list[list[Location]]) -> None:
+        self.chain = chain
+
+
 class RelayBridge:
     """This process's handle on its node relay (see the module docstring)."""
 
@@ -99,6 +109,7 @@ class RelayBridge:
         self._figures_at = 0.0
         self._key: bytes | None = None
         self._key_known = False
+        self._follower: DirectoryFollower | None = None
 
     # ---- connection ------------------------------------------------------------------------
 
@@ -193,13 +204,33 @@ class RelayBridge:
     # ---- scheduler side --------------------------------------------------------------------
 
     def start_lookup(self, hashes: Sequence[bytes]) -> Any:
-        """Ask the directory for the longest known prefix of ``hashes`` (returns a ref)."""
-        return self.relay().longest_prefix.remote(list(hashes))
+        """Look up the longest known prefix of ``hashes``: answered at once from this process's
+        copy of the directory while it is current (:func:`~ray_kvmoq.relay.actor.follow_directory`),
+        else asked of the directory through the node relay (returns a ref to poll)."""
+        relay = self.relay()
+        follower = self.directory_view()
+        if follower is not None and follower.live:
+            return _Answered(follower.longest_prefix(hashes))
+        return relay.longest_prefix.remote(list(hashes))
+
+    def directory_view(self) -> DirectoryFollower | None:
+        """This process's copy of the directory, started on the first call (joining Ray);
+        None when ``directory_view`` or ``load`` is off, or Ray cannot be joined."""
+        if self._follower is None and self.conf.directory_view and self.conf.load:
+            try:
+                self.relay()
+            except Exception as exc:
+                log.debug("no directory view yet: %s", exc)
+                return None
+            self._follower = follow_directory(self.conf.ray_namespace)
+        return self._follower
 
     def poll_lookup(self, ref: Any) -> list[list[Location]] | None:
         """The lookup's answer if it is there, else None (without waiting)."""
         import ray
 
+        if isinstance(ref, _Answered):
+            return ref.chain
         ready, _ = ray.wait([ref], timeout=0)
         if not ready:
             return None

@@ -14,6 +14,9 @@ Keys (all optional)::
     relay_budget_mb  cache budget of a node relay this connector has to start (1024)
     relay_datagram_size  QUIC datagram size of such a relay (1452)
     lookup_timeout_s how long the scheduler waits for the directory before counting a miss (1.0)
+    directory_view   answer lookups from a copy of the directory kept current in the scheduler's
+                     process (default true: no round trip, so no step is spent waiting); false:
+                     ask the directory for each lookup
     load_timeout_s   a load slower than this is abandoned and recomputed (10.0)
     min_load_tokens  prefixes shorter than this are recomputed, never loaded (= chunk_size)
     tenant_salt      salt (str) for requests without ``cache_salt`` ("public")
@@ -61,6 +64,8 @@ class ConnectorConfig:
     """QUIC datagram size of a relay started by the connector."""
     lookup_timeout_s: float = 1.0
     """Directory lookups slower than this count as misses."""
+    directory_view: bool = True
+    """Answer lookups from a local copy of the directory (see the module docstring)."""
     load_timeout_s: float = 10.0
     """Loads slower than this are abandoned (recompute)."""
     min_load_tokens: int | None = None
@@ -104,6 +109,10 @@ class ConnectorConfig:
         _positive_int("relay_budget_mb", self.relay_budget_mb, 16, 1 << 24)
         _positive_int("relay_datagram_size", self.relay_datagram_size, 1200, 65527)
         _positive_int("publish_threshold", self.publish_threshold, 1, 1000)
+        if not isinstance(self.directory_view, bool):
+            raise ConnectorConfigError(
+                f"directory_view must be true or false, got {self.directory_view!r}"
+            )
         for name in ("lookup_timeout_s", "load_timeout_s"):
             v = getattr(self, name)
             if not isinstance(v, int | float) or isinstance(v, bool) or not 0 < v <= 3600:

@@ -202,7 +202,8 @@ class SchedulerSide:
             # them up, as its kv_transfer_params must name where each group lives.
             self.counters.add(lookups_skipped=1)
             return self._no_plan(st, known=self._sightings.first_not_held(st.hashes[:usable]))
-        if st.lookup_ref is None:
+        started = st.lookup_ref is None
+        if started:
             try:
                 st.lookup_ref = self.bridge.start_lookup(st.hashes[:usable] if usable else [])
             except Exception as exc:
@@ -221,6 +222,8 @@ class SchedulerSide:
                 return None, False
             self.counters.add(lookup_timeouts=1)
             return self._no_plan(st)
+        if started:
+            self.counters.add(lookups_answered_at_once=1)
         st.sources = self._sources(st, chain)
         known = next((k for k, s in enumerate(st.sources) if s is None), len(st.sources))
         self._sightings.mark_held(st.hashes[:known])
@@ -377,6 +380,7 @@ class SchedulerSide:
         meta = MoqtConnectorMetadata()
         self._time_step(out)
         self.bridge.figures()  # keeps the figures fresh (a non-blocking refresh at most every 5 s)
+        self.bridge.directory_view()  # from the first step on, before the first lookup
         for pending in self._reqs.values():
             if pending.pending_load is not None:
                 meta.loads.append(pending.pending_load)

@@ -58,6 +58,9 @@ class ConnectorCounters:
     """Directory lookups that failed (the request was computed)."""
     lookup_timeouts: int = 0
     """Directory lookups slower than ``lookup_timeout_s``."""
+    lookups_answered_at_once: int = 0
+    """Directory lookups answered in the scheduler step that made them (from this process's
+    copy of the directory), so the request waited no step for them."""
     lookups_skipped: int = 0
     """Requests whose every whole chunk vLLM's own prefix cache held: no directory round trip."""
     pulls_declined: int = 0

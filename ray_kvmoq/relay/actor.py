@@ -384,6 +384,9 @@ class DirectoryFollower:
                 v = self.view
                 ref = handle.watch.remote(v.epoch, v.version, self.poll_s)
                 answer = ray.get(ref, timeout=self.poll_s + 10.0)
+            except SystemExit:  # Ray is shutting down in this process
+                self._live.clear()
+                return
             except Exception as exc:  # no directory yet, or it died: readers ask it themselves
                 self._live.clear()
                 handle = None

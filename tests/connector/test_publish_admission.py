@@ -34,6 +34,9 @@ class _Bridge:
     def figures(self) -> Any:
         return SimpleNamespace(get=lambda *a: None)
 
+    def directory_view(self) -> None:
+        return None
+
     def report(self, kind: str, value: float, steps: int) -> None:
         pass
 

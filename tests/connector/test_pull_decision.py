@@ -122,3 +122,25 @@ def test_a_prompt_with_an_uncached_whole_chunk_or_a_producer_prompt_still_looks_
     assert producer.get_num_new_matched_tokens(req, num_computed_tokens=8 * 128) == (None, False)
     assert len(pbridge.lookups) == 1
     assert producer.counters.totals().get("lookups_skipped", 0) == 0
+
+
+class _AnsweringBridge(_LookupBridge):
+    """Answers every lookup in the call that polls it first (as the directory copy does):
+    nothing is held anywhere."""
+
+    def poll_lookup(self, ref: object) -> list[Any]:  # type: ignore[override]
+        return []
+
+
+def test_a_lookup_answered_in_the_step_that_made_it_plans_at_once_and_is_counted() -> None:
+    """With an answer in the same call the request is planned (computed: nothing held) at
+    once, not held back a step, and ``lookups_answered_at_once`` counts it; a lookup still in
+    flight asks vLLM to come back and is not counted."""
+    side, _ = _lookup_side(producer=False)
+    side.bridge = _AnsweringBridge()
+    req: Any = _Request("r", 8 * 128 + 64)
+    assert side.get_num_new_matched_tokens(req, num_computed_tokens=0) == (0, False)
+    assert side.counters.totals()["lookups_answered_at_once"] == 1
+    waiting, _ = _lookup_side(producer=False)
+    assert waiting.get_num_new_matched_tokens(req, num_computed_tokens=0) == (None, False)
+    assert waiting.counters.totals()["lookups_answered_at_once"] == 0

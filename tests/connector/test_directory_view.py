@@ -1,0 +1,61 @@
+"""The scheduler's lookups through a real :class:`RelayBridge`, node relay and directory on the
+shared Ray cluster: once the bridge's copy of the directory is current, a lookup is answered in
+the call that makes it, with what the directory itself answers; with ``directory_view`` off it
+is a round trip to poll."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
+
+NS = ["moq://kvcache.moq.arpa/v1/", "m", "view"]
+
+
+def test_a_current_directory_copy_answers_lookups_in_the_call_that_makes_them(
+    ray_cluster: Any,
+) -> None:
+    import ray
+
+    from ray_kvmoq.connector.bridge import RelayBridge
+    from ray_kvmoq.connector.config import ConnectorConfig
+    from ray_kvmoq.relay.actor import get_directory, start_relays
+
+    namespace = f"view-{uuid.uuid4().hex[:8]}"
+    node = ray.get_runtime_context().get_node_id()
+    relay = start_relays(
+        node_ids=[node], namespace=namespace, detached=False, network={"listen": False}
+    )[node]
+    directory = get_directory(namespace=namespace, create=False)
+    bridge = RelayBridge(ConnectorConfig(ray_namespace=namespace))
+    try:
+        for g in range(3):
+            ray.get(relay.publish_group.remote(NS, "BF16", g, [b"x"], chunk_hash=b"v%d" % g))
+        ray.get(relay.flush_directory.remote())
+        hashes = [b"v0", b"v1", b"v2", b"nowhere"]
+        truth = ray.get(directory.longest_prefix.remote(hashes))
+        assert len(truth) == 3
+
+        follower = bridge.directory_view()
+        assert follower is not None and follower.wait_live(30.0)
+        assert bridge.poll_lookup(bridge.start_lookup(hashes)) == truth
+
+        asked = RelayBridge(ConnectorConfig(ray_namespace=namespace, directory_view=False))
+        assert asked.directory_view() is None
+        ref = asked.start_lookup(hashes)
+        deadline = time.monotonic() + 30
+        chain = asked.poll_lookup(ref)
+        while chain is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+            chain = asked.poll_lookup(ref)
+        assert chain == truth
+    finally:
+        if bridge._follower is not None:
+            bridge._follower.stop()
+        ray.get(relay.shutdown.remote())
+        ray.kill(relay)
+        ray.kill(directory)
