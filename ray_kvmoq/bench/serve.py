@@ -276,6 +276,7 @@ def _our_state(base: str) -> dict[str, Any]:
 
 KV_COUNTERS = (
     "lookups_skipped",
+    "lookups_answered_at_once",
     "tokens_matched_local",
     "tokens_matched_remote",
     "pulls_declined",
@@ -283,8 +284,9 @@ KV_COUNTERS = (
     "groups_saved",
 )
 """The connector counters ``kv_by_node`` reports: how each node's engines got their prompts'
-prefixes (engine cache, own relay, pulled, recomputed after a declined pull or a failed load)
-and what they published."""
+prefixes (engine cache, own relay, pulled, recomputed after a declined pull or a failed load),
+how many directory lookups were answered from the engine's copy of the directory in the step
+that made them, and what they published."""
 
 
 def kv_by_node(
@@ -530,7 +532,8 @@ def table(res: dict[str, Any]) -> str:
         by_node = r.get("kv_by_node") or {}
         if by_node:
             shown = "; ".join(
-                f"{node} engine-cache hits {c['lookups_skipped']}, tokens from own relay "
+                f"{node} engine-cache hits {c['lookups_skipped']}, lookups answered at once "
+                f"{c['lookups_answered_at_once']}, tokens from own relay "
                 f"{c['tokens_matched_local']}, pulled {c['tokens_matched_remote']}, pulls "
                 f"declined {c['pulls_declined']}, load errors {c['load_errors']}"
                 for node, c in by_node.items()
