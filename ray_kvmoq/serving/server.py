@@ -12,7 +12,9 @@ around it (:class:`KVServerMixin`):
   publisher (tests, ``kvmoq inspect``), through vLLM's ``collective_rpc``.
 
 ``KVLLMServer`` serves combined apps, ``KVPrefillServer`` / ``KVDecodeServer`` the PD roles
-(Ray Serve LLM's PD orchestration, with our connector backend's concurrent hand-off).
+(Ray Serve LLM's PD orchestration, with our connector backend's concurrent hand-off). A decode
+replica routes to prefill with :class:`~.router.KVRouter` in its own process, so it readies that
+router while it starts (:func:`.router.warm_up`), as the ingress does for its own.
 
 In that hand-off decode answers from whatever KV arrived in time and recomputes the rest, so the
 remote prefill is only ever an optimisation. ``KVDecodeServer`` makes that hold when prefill
@@ -48,6 +50,7 @@ from .prefill_wait import (
     PrefillStats,
     bounded_prefill,
 )
+from .router import warm_up
 
 __all__ = ["KVDecodeServer", "KVLLMServer", "KVPrefillServer", "KVServerMixin"]
 
@@ -130,6 +133,21 @@ class KVDecodeServer(KVServerMixin, PDDecodeServer):
 
     _pd_stats: PrefillStats | None = None
     _handoff_tasks: set[asyncio.Task[Any]] | None = None
+
+    async def __init__(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[misc]  # Serve's async constructors
+        await super().__init__(*args, **kwargs)
+        # the KV router of this replica's handle to prefill runs in this process: ready its
+        # tokenizer and directory copy now, not on the first request (same model and namespace
+        # as this deployment's own router)
+        router_config = (self._llm_config.deployment_config or {}).get("request_router_config")
+        kwargs_ = (router_config or {}).get("request_router_kwargs") or {}
+        if "model_dir" in kwargs_:
+            await asyncio.to_thread(
+                warm_up,
+                model_dir=kwargs_["model_dir"],
+                ray_namespace=kwargs_.get("ray_namespace", "kvmoq"),
+                kv_reuse=kwargs_.get("kv_reuse", True),
+            )
 
     def _concurrent_decode(  # the same call, with a bounded prefill stream
         self,
