@@ -45,6 +45,9 @@ _NOT_YET = {0x4, 0x6}
 _GIVEN_UP_POLL_S = 0.1
 """How often a relay call that may be abandoned asks whether it is."""
 
+_VIEW_RETRY_S = 5.0
+"""How often :meth:`RelayBridge.directory_view` tries again to reach the relay after a failure."""
+
 log = logging.getLogger(__name__)
 
 Namespace = tuple[bytes, ...]
@@ -87,7 +90,8 @@ def join_ray(address: str | None, namespace: str, node_ip: str | None = None) ->
 
 
 class _Answered:
-    """A lookup answered from the local copy of the directory (see :meth:`RelayBridge.start_lookup`)."""
+    """A lookup answered from the local copy of the directory
+    (see :meth:`RelayBridge.start_lookup`)."""
 
     __slots__ = ("chain",)
 
@@ -110,6 +114,7 @@ class RelayBridge:
         self._key: bytes | None = None
         self._key_known = False
         self._follower: DirectoryFollower | None = None
+        self._view_tried_at = -_VIEW_RETRY_S
 
     # ---- connection ------------------------------------------------------------------------
 
@@ -215,14 +220,19 @@ class RelayBridge:
 
     def directory_view(self) -> DirectoryFollower | None:
         """This process's copy of the directory, started on the first call (joining Ray);
-        None when ``directory_view`` or ``load`` is off, or Ray cannot be joined."""
-        if self._follower is None and self.conf.directory_view and self.conf.load:
-            try:
-                self.relay()
-            except Exception as exc:
-                log.debug("no directory view yet: %s", exc)
-                return None
-            self._follower = follow_directory(self.conf.ray_namespace)
+        None when ``directory_view`` or ``load`` is off, or the relay cannot be reached (tried
+        again at most every ``_VIEW_RETRY_S``: the scheduler calls this every step)."""
+        if self._follower is not None or not (self.conf.directory_view and self.conf.load):
+            return self._follower
+        if time.monotonic() - self._view_tried_at < _VIEW_RETRY_S:
+            return None
+        self._view_tried_at = time.monotonic()
+        try:
+            self.relay()
+        except Exception as exc:
+            log.debug("no directory view yet: %s", exc)
+            return None
+        self._follower = follow_directory(self.conf.ray_namespace)
         return self._follower
 
     def poll_lookup(self, ref: Any) -> list[list[Location]] | None:

@@ -340,8 +340,11 @@ class DirectoryFollower:
     Idle, that is one call per ``poll_s``; a change reaches the view one round trip after it
     reaches the directory. Readers in any thread or event loop call :meth:`longest_prefix`
     (no round trip) while :attr:`live` is true, and ask the directory themselves otherwise:
-    before the first answer, and from the moment a call fails (the directory died or restarts)
-    until one succeeds again. Get one with :func:`follow_directory`."""
+    before the first answer, and from the moment a call fails or times out until one succeeds
+    again. The directory :func:`get_directory` makes retries a pending call on its restarted
+    incarnation instead of failing it; that answer is a snapshot (a new epoch), and the copy
+    then fills up as the relays re-announce what they hold. Get one with
+    :func:`follow_directory`."""
 
     def __init__(self, namespace: str | None = None, *, poll_s: float = 30.0) -> None:
         self.namespace = namespace

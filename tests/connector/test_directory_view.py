@@ -59,3 +59,30 @@ def test_a_current_directory_copy_answers_lookups_in_the_call_that_makes_them(
         ray.get(relay.shutdown.remote())
         ray.kill(relay)
         ray.kill(directory)
+
+
+def test_an_unreachable_relay_is_tried_again_for_the_directory_copy_at_most_every_5_s(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The scheduler asks for the copy every step; a relay that cannot be reached must not
+    cost every step a join attempt."""
+    from ray_kvmoq.connector import bridge as bridge_mod
+    from ray_kvmoq.connector.bridge import RelayBridge
+    from ray_kvmoq.connector.config import ConnectorConfig
+
+    now = [1000.0]
+    monkeypatch.setattr(bridge_mod.time, "monotonic", lambda: now[0])
+    b = RelayBridge(ConnectorConfig())
+    tries: list[float] = []
+
+    def unreachable() -> Any:
+        tries.append(now[0])
+        raise RuntimeError("no Ray here")
+
+    monkeypatch.setattr(b, "relay", unreachable)
+    for _ in range(3):
+        assert b.directory_view() is None
+    now[0] += bridge_mod._VIEW_RETRY_S
+    assert b.directory_view() is None
+    assert tries == [1000.0, 1000.0 + bridge_mod._VIEW_RETRY_S]
+    assert RelayBridge(ConnectorConfig(load=False)).directory_view() is None

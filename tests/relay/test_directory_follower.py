@@ -1,7 +1,7 @@
 """A reader's local copy of the KV directory (:class:`DirectoryFollower`) against a real
-``kvmoq_directory`` actor on the shared Ray cluster: it is current one round trip after a change
-(a long poll, not a poll interval), it says when it is not current, and it rebuilds itself from
-a restarted directory. The KV router ranks from it without asking the directory."""
+``kvmoq_directory`` actor on the shared Ray cluster: a change shows long before the poll
+interval (a long poll), the copy says when it is not live, and it rebuilds itself from a
+restarted directory. The KV router ranks from it without asking the directory."""
 
 from __future__ import annotations
 
@@ -50,12 +50,12 @@ def _add(actor: Any, gid: int, h: bytes, node: str = "A") -> None:
     ray.get(actor.add_groups.remote(node, NS, b"BF16", [gid], {gid: h}))
 
 
-def test_a_follower_is_current_one_round_trip_after_a_change_and_rebuilds_after_a_restart(
+def test_a_follower_sees_changes_before_its_poll_interval_and_rebuilds_from_a_restarted_directory(
     directory: tuple[Any, str],
 ) -> None:
-    """With a 30 s poll, each change shows within 10 s (the pending watch answers when the
-    change arrives); killing the directory makes the copy not current, and the restarted
-    (empty) directory's snapshot replaces it."""
+    """With a 30 s poll, each add and eviction shows within 10 s (the pending watch answers
+    when the change arrives); killing the directory makes the copy not live, and the restarted
+    (empty) directory's snapshot replaces it, after which its changes show again."""
     import ray
 
     from ray_kvmoq.relay.actor import DirectoryFollower
