@@ -373,7 +373,8 @@ class DirectoryFollower:
             return self.view.longest_prefix(chunk_hashes)
 
     def stop(self) -> None:
-        """End the thread (after its pending call answers or times out)."""
+        """End the thread (after its pending call answers or times out). It also ends by itself
+        when Ray is shut down in this process."""
         self._stop.set()
         self._live.clear()
 
@@ -381,6 +382,10 @@ class DirectoryFollower:
         handle: Any = None
         backoff = 0.2
         while not self._stop.is_set():
+            if not ray.is_initialized():
+                # Ray was shut down in this process: calling it now would start it again
+                # (its APIs auto-initialize), behind the back of whoever shut it down
+                break
             try:
                 if handle is None:
                     handle = ray.get_actor(DIRECTORY_NAME, namespace=self.namespace)
@@ -388,8 +393,7 @@ class DirectoryFollower:
                 ref = handle.watch.remote(v.epoch, v.version, self.poll_s)
                 answer = ray.get(ref, timeout=self.poll_s + 10.0)
             except SystemExit:  # Ray is shutting down in this process
-                self._live.clear()
-                return
+                break
             except Exception as exc:  # no directory yet, or it died: readers ask it themselves
                 self._live.clear()
                 handle = None
@@ -405,6 +409,7 @@ class DirectoryFollower:
                 self.answers += 1
             self._live.set()
             backoff = 0.2
+        self._live.clear()
 
 
 _FOLLOWERS: dict[str | None, DirectoryFollower] = {}
@@ -413,10 +418,11 @@ _FOLLOWERS_LOCK = threading.Lock()
 
 def follow_directory(namespace: str | None = None) -> DirectoryFollower:
     """This process's :class:`DirectoryFollower` of the directory in Ray namespace
-    ``namespace`` (started on the first call; Ray must be initialized)."""
+    ``namespace`` (started on the first call, and again after the last one ended; Ray must be
+    initialized)."""
     with _FOLLOWERS_LOCK:
         follower = _FOLLOWERS.get(namespace)
-        if follower is None or follower._stop.is_set():
+        if follower is None or follower._stop.is_set() or not follower._thread.is_alive():
             follower = _FOLLOWERS[namespace] = DirectoryFollower(namespace)
         return follower
 

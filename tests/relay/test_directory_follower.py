@@ -124,3 +124,38 @@ def test_the_router_ranks_from_a_current_copy_and_asks_the_directory_when_it_is_
     r._follower.stop()
     r._directory = None  # the real directory actor, looked up by name
     assert asyncio.run(r._holders([b"h0", b"h1", b"h9"])) == expected
+
+
+_SHUTDOWN_SCRIPT = """
+import sys, time
+import ray
+ray.init(address=sys.argv[1], include_dashboard=False, log_to_driver=False)
+from ray_kvmoq.relay.actor import DirectoryFollower
+follower = DirectoryFollower("no-such-namespace", poll_s=1.0)  # retries every 0.2..5 s
+time.sleep(1.0)
+ray.shutdown()
+time.sleep(6.0)  # longer than the follower's longest backoff
+print("initialized", ray.is_initialized(), "alive", follower._thread.is_alive(), flush=True)
+"""
+
+
+def test_a_follower_ends_when_ray_shuts_down_in_its_process_and_never_starts_it_again(
+    ray_cluster: Any,
+) -> None:
+    """Ray's APIs start Ray when it is not running: a follower still retrying after
+    ``ray.shutdown()`` would start it again behind the caller's back (a test session's
+    teardown then found a driver attached to the cluster it was shutting down)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    done = subprocess.run(
+        [sys.executable, "-c", _SHUTDOWN_SCRIPT, ray_cluster.address],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "initialized False alive False" in done.stdout, done.stdout[-2000:]
