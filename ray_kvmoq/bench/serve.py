@@ -139,13 +139,14 @@ def our_args(
     default ``kv_publish_threshold``)."""
     from ray_kvmoq.serving.app import AppArgs, ReplicaArgs
 
-    if publish_threshold is None:
-        publish_threshold = AppArgs.model_fields["kv_publish_threshold"].default
+    threshold: dict[str, Any] = (
+        {} if publish_threshold is None else {"kv_publish_threshold": publish_threshold}
+    )
     return AppArgs(
         mode="combined",
         max_model_len=max_len,
         kv_reuse=reuse,
-        kv_publish_threshold=publish_threshold,
+        **threshold,
         kv_cache_gib=kv_cache_mb / 1024,
         relay_datagram_size=datagram,
         engine_kwargs=engine_extra,

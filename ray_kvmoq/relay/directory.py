@@ -25,6 +25,7 @@ and the plain relay use it directly.
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -86,7 +87,8 @@ class Directory:
         self._by_track: dict[tuple[Namespace, bytes], dict[int, set[str]]] = {}
         self.version = 0
         """Changes to the hash index so far (see :meth:`changes_since`)."""
-        self._journal: deque[tuple[int, Change]] = deque(maxlen=JOURNAL_KEPT)
+        self._journal: deque[Change] = deque(maxlen=JOURNAL_KEPT)
+        """The last changes, the newest at ``version``."""
 
     # ---- feeding -------------------------------------------------------------------------
 
@@ -209,13 +211,7 @@ class Directory:
         The result has one entry per matched chunk (so ``len`` is the number of reusable
         chunks); a prefill reads chunk i from any location in entry i.
         """
-        out: list[list[Location]] = []
-        for h in chunk_hashes:
-            locs = self.lookup_hash(h)
-            if not locs:
-                break
-            out.append(locs)
-        return out
+        return _longest_prefix(self._by_hash, chunk_hashes)
 
     def changes_since(self, version: int) -> list[Change] | None:
         """The hash-index changes after ``version``, oldest first; None when the journal no
@@ -224,8 +220,9 @@ class Directory:
             return []
         if version > self.version or version < self.version - len(self._journal):
             return None
-        start = len(self._journal) - (self.version - version)
-        return [change for _, change in list(self._journal)[start:]]
+        return list(
+            itertools.islice(self._journal, len(self._journal) - (self.version - version), None)
+        )
 
     def hash_entries(self) -> list[tuple[bytes, Location]]:
         """Every (chunk hash, location) pair: a :class:`HashView` snapshot at ``version``."""
@@ -251,15 +248,35 @@ class Directory:
 
     def _note(self, added: bool, h: bytes, loc: Location) -> None:
         self.version += 1
-        self._journal.append((self.version, (added, h, loc)))
+        self._journal.append((added, h, loc))
 
     def _unhash(self, h: bytes, loc: Location) -> None:
-        locs = self._by_hash.get(h)
-        if locs is not None and loc in locs:
-            locs.discard(loc)
+        if _discard(self._by_hash, h, loc):
             self._note(False, h, loc)
-            if not locs:
-                del self._by_hash[h]
+
+
+def _discard(by_hash: dict[bytes, set[Location]], h: bytes, loc: Location) -> bool:
+    """Drop ``loc`` from ``h``'s locations (and ``h`` with its last one); whether it was there."""
+    locs = by_hash.get(h)
+    if locs is None or loc not in locs:
+        return False
+    locs.discard(loc)
+    if not locs:
+        del by_hash[h]
+    return True
+
+
+def _longest_prefix(
+    by_hash: dict[bytes, set[Location]], chunk_hashes: Sequence[bytes]
+) -> list[list[Location]]:
+    """Sorted locations of ``chunk_hashes[0..k]`` for the largest k where every hash is known."""
+    out: list[list[Location]] = []
+    for h in chunk_hashes:
+        locs = by_hash.get(h)
+        if not locs:
+            break
+        out.append(sorted(locs))
+    return out
 
 
 class HashView:
@@ -286,11 +303,7 @@ class HashView:
             if added:
                 self._by_hash.setdefault(h, set()).add(loc)
             else:
-                locs = self._by_hash.get(h)
-                if locs is not None:
-                    locs.discard(loc)
-                    if not locs:
-                        del self._by_hash[h]
+                _discard(self._by_hash, h, loc)
         self.version = version
 
     def __len__(self) -> int:
@@ -298,10 +311,4 @@ class HashView:
 
     def longest_prefix(self, chunk_hashes: Sequence[bytes]) -> list[list[Location]]:
         """As :meth:`Directory.longest_prefix`, from this copy."""
-        out: list[list[Location]] = []
-        for h in chunk_hashes:
-            locs = self._by_hash.get(h)
-            if not locs:
-                break
-            out.append(sorted(locs))
-        return out
+        return _longest_prefix(self._by_hash, chunk_hashes)

@@ -264,9 +264,5 @@ def build_app(args: AppArgs) -> Application:
         model_cards={cfg.model_id: to_model_metadata(cfg.model_id, cfg)},
         api_keys=dict(args.api_keys),
         tenant_secret=args.tenant_secret,
-        routing={
-            "model_dir": str(args.model_dir()),
-            "ray_namespace": RAY_NAMESPACE,
-            "kv_reuse": args.kv_reuse,
-        },
+        routing=cfg.deployment_config["request_router_config"]["request_router_kwargs"],
     )

@@ -10,8 +10,8 @@ what the KV layer needs in front of it:
   tenant's prefixes; with keys configured a missing or wrong key is a 401;
 * ``GET /health`` (200 once every model deployment answers) and ``GET /metrics`` (Prometheus:
   the KV router's decisions, which run in this process);
-* the KV router made ready while the ingress starts (``routing``: :func:`.router.warm_up`'s
-  arguments), not on the first request.
+* the KV router made ready while the ingress starts (``routing``: its
+  ``request_router_kwargs``, see :func:`.router.warm_up`), not on the first request.
 """
 
 # No "from __future__ import annotations": FastAPI reads these handlers' annotations at run time.
@@ -58,7 +58,7 @@ class KVIngress(OpenAiIngress):
         super().__init__(llm_deployments, model_cards, **kwargs)
         self._tenants = TenantTable(api_keys, secret=tenant_secret)
         if routing is not None:  # the KV router runs in this process: ready it now
-            warm_up(**routing)
+            warm_up(routing)
 
     async def _get_model_id(self, model: str | None) -> str:
         """Ray Serve LLM raises FastAPI ``HTTPException`` s here, which FastAPI answers as

@@ -46,6 +46,7 @@ import statistics
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -341,9 +342,7 @@ class KVRouter(RequestRouter):
         self._ns = str(kwargs.get("ray_namespace", "kvmoq"))
         self._engine_cache = bool(kwargs.get("engine_prefix_cache", True))
         self._kv_reuse = bool(kwargs.get("kv_reuse", True))
-        self._follower: DirectoryFollower | None = None
-        if self._kv_reuse and kwargs.get("directory_view", True):
-            self._follower = follow_directory(self._ns)
+        self._follower = _directory_view(kwargs)
         self._rng = random.Random()
         self._recent: dict[str, OrderedDict[str, None]] = {}
         self._pending: OrderedDict[int, list[str]] = OrderedDict()
@@ -531,15 +530,24 @@ class KVRouter(RequestRouter):
             self._board = None
 
 
-def warm_up(*, model_dir: str, ray_namespace: str, kv_reuse: bool = True) -> None:
-    """What a :class:`KVRouter` in this process needs before its first ranking, done now (the
-    ingress calls it while it starts): the tokenizer loaded and its chat template compiled, and
-    the local copy of the directory current. Serve creates the router only on the first request,
-    which otherwise waited for both (measured: 0.7 s, 14 ms of a 48-request bench's mean TTFT).
-    Waits at most ``_WARM_DIRECTORY_S`` for the directory; the router asks it directly until
-    its copy is current."""
-    warm_tokenizer(model_dir)
-    if kv_reuse and not follow_directory(ray_namespace).wait_live(_WARM_DIRECTORY_S):
+def _directory_view(router_kwargs: Mapping[str, Any]) -> DirectoryFollower | None:
+    """This process's copy of the directory that a router with these ``request_router_kwargs``
+    reads (None: reuse or ``directory_view`` off)."""
+    if router_kwargs.get("kv_reuse", True) and router_kwargs.get("directory_view", True):
+        return follow_directory(str(router_kwargs.get("ray_namespace", "kvmoq")))
+    return None
+
+
+def warm_up(router_kwargs: Mapping[str, Any]) -> None:
+    """What a :class:`KVRouter` with these ``request_router_kwargs`` needs before its first
+    ranking in this process, done now (the ingress calls it while it starts): the tokenizer
+    loaded and its chat template compiled, and the local copy of the directory current. Serve
+    creates the router only on the first request, which otherwise waited for both (measured:
+    0.7 s, 14 ms of a 48-request bench's mean TTFT). Waits at most ``_WARM_DIRECTORY_S`` for
+    the directory; the router asks it directly until its copy is current."""
+    warm_tokenizer(str(router_kwargs["model_dir"]))
+    view = _directory_view(router_kwargs)
+    if view is not None and not view.wait_live(_WARM_DIRECTORY_S):
         log.warning("KV directory not reachable yet: routing asks it per request until it is")
 
 

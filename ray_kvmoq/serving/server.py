@@ -140,14 +140,9 @@ class KVDecodeServer(KVServerMixin, PDDecodeServer):
         # tokenizer and directory copy now, not on the first request (same model and namespace
         # as this deployment's own router)
         router_config = (self._llm_config.deployment_config or {}).get("request_router_config")
-        kwargs_ = (router_config or {}).get("request_router_kwargs") or {}
-        if "model_dir" in kwargs_:
-            await asyncio.to_thread(
-                warm_up,
-                model_dir=kwargs_["model_dir"],
-                ray_namespace=kwargs_.get("ray_namespace", "kvmoq"),
-                kv_reuse=kwargs_.get("kv_reuse", True),
-            )
+        router_kwargs = (router_config or {}).get("request_router_kwargs") or {}
+        if "model_dir" in router_kwargs:
+            await asyncio.to_thread(warm_up, router_kwargs)
 
     def _concurrent_decode(  # the same call, with a bounded prefill stream
         self,
