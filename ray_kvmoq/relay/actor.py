@@ -390,8 +390,9 @@ class DirectoryFollower:
                 if handle is None:
                     handle = ray.get_actor(DIRECTORY_NAME, namespace=self.namespace)
                 v = self.view
-                ref = handle.watch.remote(v.epoch, v.version, self.poll_s)
-                answer = ray.get(ref, timeout=self.poll_s + 10.0)
+                answer = ray.get(
+                    handle.watch.remote(v.epoch, v.version, self.poll_s), timeout=self.poll_s + 10.0
+                )  # no ref kept past the call: releasing one after ray.shutdown() ends the process
             except SystemExit:  # Ray is shutting down in this process
                 break
             except Exception as exc:  # no directory yet, or it died: readers ask it themselves

@@ -532,10 +532,17 @@ class KVRouter(RequestRouter):
 
 def _directory_view(router_kwargs: Mapping[str, Any]) -> DirectoryFollower | None:
     """This process's copy of the directory that a router with these ``request_router_kwargs``
-    reads (None: reuse or ``directory_view`` off)."""
-    if router_kwargs.get("kv_reuse", True) and router_kwargs.get("directory_view", True):
-        return follow_directory(str(router_kwargs.get("ray_namespace", "kvmoq")))
-    return None
+    reads. None (the router asks the directory) when reuse or ``directory_view`` is off, and
+    outside a Ray actor: a driver holding a ``DeploymentHandle`` (a script, a test session) may
+    call ``ray.shutdown()`` while the copy's thread has a call in flight, and Ray ends a process
+    (exit code 1) that releases an object ref after its shutdown."""
+    if not (router_kwargs.get("kv_reuse", True) and router_kwargs.get("directory_view", True)):
+        return None
+    import ray
+
+    if ray.get_runtime_context().get_actor_id() is None:
+        return None
+    return follow_directory(str(router_kwargs.get("ray_namespace", "kvmoq")))
 
 
 def warm_up(router_kwargs: Mapping[str, Any]) -> None:

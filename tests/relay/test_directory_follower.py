@@ -95,10 +95,11 @@ def test_a_follower_sees_changes_before_its_poll_interval_and_rebuilds_from_a_re
 def test_the_router_ranks_from_a_current_copy_and_asks_the_directory_when_it_is_not(
     directory: tuple[Any, str],
 ) -> None:
-    """A router whose follower is current answers holders without a directory call (its
-    direct path would raise here); once the follower stops, the same answer comes from the
-    directory itself."""
+    """A router in a driver process (this test) starts no copy of its own; given a current
+    one, it answers holders without a directory call (its direct path would raise here); once
+    the copy stops, the same answer comes from the directory itself."""
     from ray_kvmoq.engine.loader import cached_builtin_dir
+    from ray_kvmoq.relay.actor import DirectoryFollower
     from ray_kvmoq.serving.router import KVRouter
 
     actor, namespace = directory
@@ -111,7 +112,9 @@ def test_the_router_ranks_from_a_current_copy_and_asks_the_directory_when_it_is_
         bytes_per_token=1.0,
         ray_namespace=namespace,
     )
-    assert r._follower is not None and r._follower.wait_live(30.0)
+    assert r._follower is None  # a driver: see serving.router._directory_view
+    r._follower = DirectoryFollower(namespace)
+    assert r._follower.wait_live(30.0)
 
     class _NoCalls:
         @property
