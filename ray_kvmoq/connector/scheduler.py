@@ -201,7 +201,7 @@ class SchedulerSide:
             # had not yet admitted are published now, from its cache. A producer still looks
             # them up, as its kv_transfer_params must name where each group lives.
             self.counters.add(lookups_skipped=1)
-            return self._no_plan(st, known=self._sightings.first_not_held(st.hashes[:usable]))
+            return self._no_plan(st, known=self._known_held(st.hashes[:usable]))
         started = st.lookup_ref is None
         if started:
             try:
@@ -226,7 +226,7 @@ class SchedulerSide:
             self.counters.add(lookups_answered_at_once=1)
         st.sources = self._sources(st, chain)
         known = next((k for k, s in enumerate(st.sources) if s is None), len(st.sources))
-        self._sightings.mark_held(st.hashes[:known])
+        self._sightings.mark_held(st.hashes[:known], time.monotonic())
         if st.follow:
             return self._plan_follow(st, num_computed_tokens, known)
         known = self._worth_loading(st, known, num_computed_tokens)
@@ -335,6 +335,14 @@ class SchedulerSide:
         st.next_save = len(st.hashes)  # a consumer publishes nothing of this prompt
         st.tail_done = True
         return self._answer(st, num_computed)
+
+    def _known_held(self, hashes: list[bytes]) -> int:
+        """How many leading chunks of ``hashes`` the cluster holds, as far as this engine knows
+        without a round trip: by the engine process's copy of the directory where it is
+        current (so chunks a relay evicted are published again), else by its own marks."""
+        view = self.bridge.directory_view()
+        listed = view.holds if view is not None and view.live else None
+        return self._sightings.first_not_held(hashes, listed=listed, now=time.monotonic())
 
     def _no_plan(self, st: _Req, known: int = 0) -> tuple[int, bool]:
         st.plan = (0, 0, 0, [], False)
@@ -445,7 +453,7 @@ class SchedulerSide:
 
     def _save(self, st: _Req, k: int, start: int, end: int, last: bool) -> SaveSpec:
         st.published.add(k)
-        self._sightings.mark_held(st.hashes[k : k + 1])
+        self._sightings.mark_held(st.hashes[k : k + 1], time.monotonic())
         if k >= len(st.sources):
             st.sources.extend([None] * (k + 1 - len(st.sources)))
         st.sources[k] = GroupSource(namespace=st.namespace, track=st.codec, group_id=k, local=True)

@@ -13,17 +13,36 @@ from that cache, not a prefill. SGLang's HiCache makes the same trade with its
 Sightings are counted per engine, as hashes: a chunk hash chains every token before it, so
 "chunk k seen" means "the prompt up to chunk k seen". The table is an LRU of at most
 ``capacity`` hashes, so it stays small whatever the traffic.
+
+Whether the cluster already holds a chunk decides whether a sight publishes it again. The
+engine's own marks (it published the chunk, or a lookup found it) go stale when a relay evicts
+the group under its memory budget; where the engine has a current copy of the directory, that
+copy decides instead, and an evicted chunk is published again on its next sight.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
-__all__ = ["Sightings"]
+__all__ = ["HELD_TRUSTED_S", "Sightings"]
 
 SIGHTINGS_KEPT = 1 << 16
 """Hashes remembered per engine (8.4 M prompt tokens of 128-token chunks, a few MB)."""
+
+HELD_TRUSTED_S = 10.0
+"""How long a mark that the cluster holds a chunk outweighs a current copy of the directory that
+does not list it: a chunk this engine publishes reaches the copy one relay call and one
+directory round trip later (well under a second on an idle machine)."""
+
+
+@dataclass(slots=True)
+class _Seen:
+    count: int = 0
+    held_at: float | None = None
+    """When the cluster was last known to hold the chunk (this engine published it, or the
+    directory said so); None: not known."""
 
 
 class Sightings:
@@ -34,8 +53,7 @@ class Sightings:
             raise ValueError("threshold and capacity must be at least 1")
         self.threshold = threshold
         self.capacity = capacity
-        self._seen: OrderedDict[bytes, list[int | bool]] = OrderedDict()
-        """hash -> [sightings, held]"""
+        self._seen: OrderedDict[bytes, _Seen] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._seen)
@@ -49,11 +67,11 @@ class Sightings:
         for h in hashes:
             entry = self._seen.get(h)
             if entry is None:
-                entry = self._seen[h] = [0, False]
+                entry = self._seen[h] = _Seen()
             else:
                 self._seen.move_to_end(h)
-            entry[0] = min(int(entry[0]) + 1, self.threshold)
-            if leading and entry[0] >= self.threshold:
+            entry.count = min(entry.count + 1, self.threshold)
+            if leading and entry.count >= self.threshold:
                 admitted += 1
             else:
                 leading = False
@@ -61,18 +79,38 @@ class Sightings:
             self._seen.popitem(last=False)
         return admitted
 
-    def mark_held(self, hashes: Sequence[bytes]) -> None:
-        """The cluster holds these chunks (this engine published them, or the directory said so)."""
+    def mark_held(self, hashes: Sequence[bytes], now: float) -> None:
+        """The cluster holds these chunks as of ``now`` (this engine published them, or the
+        directory said so)."""
         for h in hashes:
             entry = self._seen.get(h)
             if entry is not None:
-                entry[1] = True
+                entry.held_at = now
 
-    def held(self, h: bytes) -> bool:
-        """Whether ``h`` is known to be held by the cluster."""
+    def held(
+        self, h: bytes, *, listed: Callable[[bytes], bool] | None = None, now: float = 0.0
+    ) -> bool:
+        """Whether the cluster is known to hold ``h``. Without ``listed`` that is any mark,
+        however old. With ``listed`` (a current copy of the directory: does some relay hold
+        it?) the copy decides, except that a mark younger than ``HELD_TRUSTED_S`` at ``now``
+        still counts (a publish on its way to the copy). So a chunk a relay has since evicted
+        is published again, from the engine's own cache, on its next sight."""
         entry = self._seen.get(h)
-        return entry is not None and bool(entry[1])
+        if entry is None or entry.held_at is None:
+            return listed is not None and listed(h)
+        if listed is None or now - entry.held_at < HELD_TRUSTED_S:
+            return True
+        return listed(h)
 
-    def first_not_held(self, hashes: Sequence[bytes]) -> int:
-        """Index of the first of ``hashes`` the cluster is not known to hold."""
-        return next((k for k, h in enumerate(hashes) if not self.held(h)), len(hashes))
+    def first_not_held(
+        self,
+        hashes: Sequence[bytes],
+        *,
+        listed: Callable[[bytes], bool] | None = None,
+        now: float = 0.0,
+    ) -> int:
+        """Index of the first of ``hashes`` the cluster is not known to hold (see :meth:`held`)."""
+        return next(
+            (k for k, h in enumerate(hashes) if not self.held(h, listed=listed, now=now)),
+            len(hashes),
+        )

@@ -372,6 +372,11 @@ class DirectoryFollower:
         with self._lock:
             return self.view.longest_prefix(chunk_hashes)
 
+    def holds(self, chunk_hash: bytes) -> bool:
+        """Whether some relay holds the group of ``chunk_hash``, by the view (check :attr:`live`)."""
+        with self._lock:
+            return self.view.holds(chunk_hash)
+
     def stop(self) -> None:
         """End the thread (after its pending call answers or times out). It also ends by itself
         when Ray is shut down in this process."""

@@ -312,3 +312,7 @@ class HashView:
     def longest_prefix(self, chunk_hashes: Sequence[bytes]) -> list[list[Location]]:
         """As :meth:`Directory.longest_prefix`, from this copy."""
         return _longest_prefix(self._by_hash, chunk_hashes)
+
+    def holds(self, chunk_hash: bytes) -> bool:
+        """Whether some relay holds the group of ``chunk_hash``."""
+        return bool(self._by_hash.get(chunk_hash))

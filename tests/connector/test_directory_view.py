@@ -86,3 +86,47 @@ def test_an_unreachable_relay_is_tried_again_for_the_directory_copy_at_most_ever
     assert b.directory_view() is None
     assert tries == [1000.0, 1000.0 + bridge_mod._VIEW_RETRY_S]
     assert RelayBridge(ConnectorConfig(load=False)).directory_view() is None
+
+
+def test_a_group_the_relay_evicts_leaves_the_engines_directory_copy(ray_cluster: Any) -> None:
+    """What lets an engine publish an evicted chunk again (``Sightings.held``): the relay's
+    eviction reaches the directory, and from there the engine process's copy."""
+    import ray
+
+    from ray_kvmoq.connector.bridge import RelayBridge
+    from ray_kvmoq.connector.config import ConnectorConfig
+    from ray_kvmoq.relay.actor import get_directory, start_relays
+
+    namespace = f"evict-{uuid.uuid4().hex[:8]}"
+    node = ray.get_runtime_context().get_node_id()
+    relay = start_relays(
+        node_ids=[node], namespace=namespace, detached=False, network={"listen": False}
+    )[node]
+    directory = get_directory(namespace=namespace, create=False)
+    bridge = RelayBridge(ConnectorConfig(ray_namespace=namespace))
+    hashes = [b"e%d" % g for g in range(3)]
+    try:
+        for g, h in enumerate(hashes):
+            ray.get(relay.publish_group.remote(NS, "BF16", g, [b"x" * 1000], chunk_hash=h))
+        ray.get(relay.flush_directory.remote())
+        follower = bridge.directory_view()
+        assert follower is not None and follower.wait_live(30.0)
+        deadline = time.monotonic() + 10
+        while not all(map(follower.holds, hashes)) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert all(map(follower.holds, hashes))
+
+        ray.get(relay.set_budget.remote(1500))  # room for one group: 0 and 1 go, LRU first
+        ray.get(relay.flush_directory.remote())
+        deadline = time.monotonic() + 10
+        while follower.holds(b"e1") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert [follower.holds(h) for h in hashes] == [False, False, True]
+        assert ray.get(directory.longest_prefix.remote(hashes)) == []
+        assert ray.get(relay.stats.remote())["evictions"] == 2
+    finally:
+        if bridge._follower is not None:
+            bridge._follower.stop()
+        ray.get(relay.shutdown.remote())
+        ray.kill(relay)
+        ray.kill(directory)

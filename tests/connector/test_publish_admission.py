@@ -4,6 +4,7 @@ the directory answers at once."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 
 from ray_kvmoq.connector.config import ConnectorConfig, ConnectorConfigError
 from ray_kvmoq.connector.scheduler import SchedulerSide
-from ray_kvmoq.connector.sightings import Sightings
+from ray_kvmoq.connector.sightings import HELD_TRUSTED_S, Sightings
 
 C = 128
 
@@ -141,8 +142,68 @@ def test_sightings_admit_leading_chunks_at_the_threshold_and_stay_within_capacit
     s.sight([b"d", b"e", b"f"])
     assert len(s) == 4  # the least recently seen went first
     assert s.sight([b"f"]) == 0  # f: two sightings of three
-    s.mark_held([b"e", b"zz"])  # an unknown hash is ignored
+    s.mark_held([b"e", b"zz"], now=0.0)  # an unknown hash is ignored
     assert s.held(b"e") and not s.held(b"zz") and s.first_not_held([b"e", b"f"]) == 1
+
+
+def test_a_current_directory_copy_overrules_held_marks_older_than_the_trust_window() -> None:
+    s = Sightings(threshold=1)
+    s.sight([b"a", b"b", b"c"])
+    s.mark_held([b"a", b"b"], now=100.0)
+    nowhere: Callable[[bytes], bool] = lambda h: False  # noqa: E731
+    listed_c: Callable[[bytes], bool] = lambda h: h == b"c"  # noqa: E731
+    # without a copy of the directory a mark never expires
+    assert s.first_not_held([b"a", b"b", b"c"], now=1e9) == 2
+    # a young mark outweighs a copy that does not list the chunk yet (a publish on its way)
+    assert s.first_not_held([b"a", b"b"], listed=nowhere, now=100.0 + HELD_TRUSTED_S - 0.1) == 2
+    # an old mark does not: the copy says no relay holds it any more
+    assert s.first_not_held([b"a", b"b"], listed=nowhere, now=100.0 + HELD_TRUSTED_S) == 0
+    # a chunk never marked here counts as held when the copy lists it (another engine's)
+    assert s.held(b"c", listed=listed_c) and not s.held(b"c")
+
+
+class _View:
+    """A current copy of the directory that lists exactly ``held``."""
+
+    live = True
+
+    def __init__(self) -> None:
+        self.held: set[bytes] = set()
+
+    def holds(self, h: bytes) -> bool:
+        return h in self.held
+
+
+def test_a_chunk_a_relay_evicted_is_published_again_from_the_cache_on_its_next_sight(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import ray_kvmoq.connector.scheduler as scheduler
+
+    clock = [1000.0]
+    monkeypatch.setattr(scheduler, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    side, bridge = _side()
+    view = _View()
+    bridge.directory_view = lambda: view  # type: ignore[method-assign]
+    _step(side, _request("r1", PROMPT), cached=0)
+    assert [s.group_id for s in _step(side, _request("r2", PROMPT), cached=8 * C)] == list(range(8))
+    # the publish has not reached the copy yet: the engine's own word holds, nothing again
+    clock[0] += 1.0
+    assert _step(side, _request("r3", PROMPT), cached=8 * C) == []
+    # the copy lists them (as the relay announced them): nothing, long after
+    view.held = set(side._sightings._seen)
+    clock[0] += 10 * HELD_TRUSTED_S
+    assert _step(side, _request("r4", PROMPT), cached=8 * C) == []
+    # the relay evicted groups 5..7 under its budget: the next sight publishes exactly those,
+    # from vLLM's cache (no directory round trip), and the engine trusts its mark again
+    hashes = side._state(_request("probe", PROMPT)).hashes
+    side.forget(["probe"])
+    view.held -= set(hashes[5:])
+    saves = _step(side, _request("r5", PROMPT), cached=8 * C)
+    assert [s.group_id for s in saves] == [5, 6, 7]
+    assert saves[-1].end_of_track
+    assert bridge.lookups == 1  # the first sight's
+    clock[0] += 1.0
+    assert _step(side, _request("r6", PROMPT), cached=8 * C) == []
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1001, 1.5, True])

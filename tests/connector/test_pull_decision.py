@@ -3,6 +3,7 @@ engine: the figures come from a board snapshot, the clock is the real monotonic 
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from ray_kvmoq.connector.config import ConnectorConfig
@@ -82,6 +83,9 @@ class _LookupBridge:
     def poll_lookup(self, ref: object) -> None:
         return None
 
+    def directory_view(self) -> None:
+        return None  # no copy of the directory: lookups are round trips
+
 
 class _Request:
     """The fields of vLLM's ``Request`` the scheduler side reads."""
@@ -105,7 +109,9 @@ def _lookup_side(*, producer: bool) -> tuple[SchedulerSide, _LookupBridge]:
 def test_a_prompt_whose_whole_chunks_vllm_already_caches_answers_at_once_without_a_lookup() -> None:
     side, bridge = _lookup_side(producer=False)
     req: Any = _Request("r", 8 * 128 + 64)  # 8 whole chunks + a 64-token tail
-    side._sightings.mark_held(side._state(req).hashes)  # this engine published them before
+    side._sightings.mark_held(
+        side._state(req).hashes, time.monotonic()
+    )  # this engine published them before
     assert side.get_num_new_matched_tokens(req, num_computed_tokens=8 * 128) == (0, False)
     assert bridge.lookups == []
     assert side._reqs["r"].next_save == 8  # the cached chunks are not published again
