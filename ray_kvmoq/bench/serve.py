@@ -58,6 +58,8 @@ ROW_NAMES = {
 _APP = "bench"
 _SHORT = {"prefix_repetition": "prefix", "random": "random"}
 _METRICS = ("prefix_cache_hits", "external_prefix_cache_hits", "prompt_tokens")
+_METRICS_LAG_S = 6.0
+"""How long vLLM's counters take to reach Ray's metrics exporter."""
 _RATIO_METRICS = (
     "ttft_mean_ms",
     "ttft_p50_ms",
@@ -459,12 +461,13 @@ def _one_row(app: Any, base: str, key: str, workload: dict[str, Any]) -> dict[st
     serve.run(app, name=_APP, route_prefix=f"/{_APP}", blocking=False)
     try:
         _wait_ready(base, 900)
+        time.sleep(_METRICS_LAG_S)  # the replicas' start-up probes must be in ``before``
         before = _scrape()
         with tempfile.TemporaryDirectory() as rd:
             _log(f"[{key}] driving it with vllm bench serve ({workload['dataset']})")
             with CpuSampler() as cpu:
                 raw = _drive(client_args(base=base, result_dir=rd, **workload), rd, timeout_s=1800)
-        time.sleep(6)  # metrics reach Ray's exporter every few seconds
+        time.sleep(_METRICS_LAG_S)
         return {**summarize(raw, before, _scrape()), "cpu_cores": cpu.cores, **_our_state(base)}
     finally:
         serve.delete(_APP)
