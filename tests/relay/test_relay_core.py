@@ -230,6 +230,30 @@ async def test_an_evicted_group_of_a_live_track_is_pulled_again_not_awaited() ->
     sub.close()
 
 
+async def test_groups_evicted_from_an_ended_track_can_be_published_again_and_are_listed_again() -> (
+    None
+):
+    """What an engine does when its copy of the directory says a relay evicted its chunks
+    (``Sightings.held``): it publishes them again, the last one still ending the track."""
+    directory = Directory()
+    a = Relay(node_id="A", cache=RelayCache(1 << 20), directory=LocalDirectoryClient(directory))
+    for g in range(3):
+        await a.publish_group(NS, TR, g, group(g), chunk_hash=bytes([g]), end_of_track=g == 2)
+    a.set_budget(3500)  # room for one group: 0 and 1 go
+    a.set_budget(1 << 20)
+    await a.flush_directory()
+    assert directory.longest_prefix([b"\x00", b"\x01", b"\x02"]) == []
+    for g in (0, 1):
+        await a.publish_group(NS, TR, g, group(g), chunk_hash=bytes([g]))
+    await a.publish_group(NS, TR, 2, group(2), chunk_hash=b"\x02", end_of_track=True)
+    await a.flush_directory()
+    assert len(directory.longest_prefix([b"\x00", b"\x01", b"\x02"])) == 3
+    assert a.cache.cached_groups(NS, TR) == [0, 1, 2]
+    evs = await asyncio.wait_for(collect(a.subscribe(NS, TR)), 5)
+    assert [e.group_id for e in evs if isinstance(e, GroupEnded)] == [0, 1, 2]
+    assert isinstance(evs[-1], TrackEnded)
+
+
 async def test_an_ended_track_with_an_evicted_middle_group_still_ends() -> None:
     a = Relay(node_id="A", cache=RelayCache(9500))  # room for three 3000-byte groups
     for g in range(3):
