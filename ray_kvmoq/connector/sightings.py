@@ -96,11 +96,10 @@ class Sightings:
         still counts (a publish on its way to the copy). So a chunk a relay has since evicted
         is published again, from the engine's own cache, on its next sight."""
         entry = self._seen.get(h)
-        if entry is None or entry.held_at is None:
-            return listed is not None and listed(h)
-        if listed is None or now - entry.held_at < HELD_TRUSTED_S:
+        marked = entry.held_at if entry is not None else None
+        if marked is not None and (listed is None or now - marked < HELD_TRUSTED_S):
             return True
-        return listed(h)
+        return listed is not None and listed(h)
 
     def first_not_held(
         self,

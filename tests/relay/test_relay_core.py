@@ -243,9 +243,8 @@ async def test_groups_evicted_from_an_ended_track_can_be_published_again_and_are
     a.set_budget(1 << 20)
     await a.flush_directory()
     assert directory.longest_prefix([b"\x00", b"\x01", b"\x02"]) == []
-    for g in (0, 1):
-        await a.publish_group(NS, TR, g, group(g), chunk_hash=bytes([g]))
-    await a.publish_group(NS, TR, 2, group(2), chunk_hash=b"\x02", end_of_track=True)
+    for g in range(3):
+        await a.publish_group(NS, TR, g, group(g), chunk_hash=bytes([g]), end_of_track=g == 2)
     await a.flush_directory()
     assert len(directory.longest_prefix([b"\x00", b"\x01", b"\x02"])) == 3
     assert a.cache.cached_groups(NS, TR) == [0, 1, 2]
