@@ -119,8 +119,6 @@ class AppArgs(BaseModel):
     tenant_secret: str | None = None
     """Secret that tenant salts derive from (default ``$KVMOQ_TENANT_SECRET``, else a random
     one per build; set it to keep prefix reuse across redeploys)."""
-    routing_stats_period_s: float = Field(default=1.0, gt=0)
-    """How often Serve polls replicas' routing stats."""
 
     def model_dir(self) -> Path:
         """The checkpoint directory (converting the built-in model once if needed)."""

@@ -190,8 +190,6 @@ def _llm_config(args: AppArgs, r: ReplicaArgs, role: str, deployment: str) -> An
                 "engine_prefix_cache": engine["enable_prefix_caching"],
                 "kv_reuse": args.kv_reuse,
             },
-            "request_routing_stats_period_s": args.routing_stats_period_s,
-            "request_routing_stats_timeout_s": 5.0,
         },
     }
     env = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}

@@ -428,11 +428,10 @@ class KVRouter(RequestRouter):
     def _candidate(self, r: RunningReplica, now: float) -> Candidate:
         key = str(r.replica_id)
         cached = self.replica_queue_len_cache.get(r.replica_id)
-        stats = r.routing_stats or {}
         work, planned = self._load.work_ahead(key, now)
         return Candidate(
             key=key,
-            node_id=str(stats.get("node_id") or r.node_id),
+            node_id=str(r.node_id or ""),  # Serve's own record of where the replica runs
             queue_len=self._load.queue_len(key, int(cached or 0), now),
             planned=planned,
             work_ahead_s=work,

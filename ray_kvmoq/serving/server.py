@@ -7,7 +7,6 @@ around it (:class:`KVServerMixin`):
 * after the engine starts, a *prefill probe*: one 512-token prompt computed (no reuse) and
   timed, so the figures board knows this node's prefill speed before the first request (the
   connector keeps refreshing it from real traffic);
-* ``record_routing_stats()`` for :class:`~.router.KVRouter`: the replica's Ray node;
 * ``kv_counters()`` / ``kv_flush()``: the connector worker's counters, and draining its
   publisher (tests, ``kvmoq inspect``), through vLLM's ``collective_rpc``.
 
@@ -104,10 +103,6 @@ class KVServerMixin:
             "prefill_s_per_token", self._kv_node_id, s_per_token, provisional=True
         )
         log.info("prefill probe: %.2f ms per token on node %s", s_per_token * 1e3, self._kv_node_id)
-
-    async def record_routing_stats(self) -> dict[str, Any]:
-        """Polled by the router: this replica's node."""
-        return {"node_id": getattr(self, "_kv_node_id", "")}
 
     async def kv_counters(self) -> dict[str, int]:
         """The connector worker's counters since the engine started."""
