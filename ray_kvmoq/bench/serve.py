@@ -59,7 +59,10 @@ _APP = "bench"
 _SHORT = {"prefix_repetition": "prefix", "random": "random"}
 _METRICS = ("prefix_cache_hits", "external_prefix_cache_hits", "prompt_tokens")
 _METRICS_LAG_S = 6.0
-"""How long vLLM's counters take to reach Ray's metrics exporter."""
+"""How long vLLM's counters take to reach Ray's metrics exporter, mostly."""
+_METRICS_SETTLE_S = 40.0
+"""How long a row waits at most, after its client ends, for the counters to show every prompt
+token the client sent (Ray exports metrics every 10 s; 6 s missed up to 3 requests' worth)."""
 _RATIO_METRICS = (
     "ttft_mean_ms",
     "ttft_p50_ms",
@@ -168,6 +171,24 @@ def _wait_ready(base: str, timeout_s: float) -> None:
             pass
         time.sleep(1.0)
     raise TimeoutError(f"{base} not ready in {timeout_s:.0f} s")
+
+
+def _scrape_settled(before: dict[str, float], sent_tokens: int) -> dict[str, float]:
+    """The counters once they count at least ``sent_tokens`` prompt tokens more than ``before``
+    (every request the client sent has reached Ray's exporter), or after
+    :data:`_METRICS_SETTLE_S`, whichever comes first."""
+    time.sleep(_METRICS_LAG_S)
+    deadline = time.monotonic() + _METRICS_SETTLE_S - _METRICS_LAG_S
+    after = _scrape()
+    while after["prompt_tokens"] - before["prompt_tokens"] < sent_tokens:
+        if time.monotonic() >= deadline:
+            _log(
+                f"counters still short of the {sent_tokens} prompt tokens sent: reading them as is"
+            )
+            break
+        time.sleep(2.0)
+        after = _scrape()
+    return after
 
 
 def _scrape() -> dict[str, float]:
@@ -467,8 +488,8 @@ def _one_row(app: Any, base: str, key: str, workload: dict[str, Any]) -> dict[st
             _log(f"[{key}] driving it with vllm bench serve ({workload['dataset']})")
             with CpuSampler() as cpu:
                 raw = _drive(client_args(base=base, result_dir=rd, **workload), rd, timeout_s=1800)
-        time.sleep(_METRICS_LAG_S)
-        return {**summarize(raw, before, _scrape()), "cpu_cores": cpu.cores, **_our_state(base)}
+        after = _scrape_settled(before, int(raw.get("total_input_tokens") or 0))
+        return {**summarize(raw, before, after), "cpu_cores": cpu.cores, **_our_state(base)}
     finally:
         serve.delete(_APP)
 

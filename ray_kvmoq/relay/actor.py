@@ -63,6 +63,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "DIRECTORY_NAME",
+    "WATCHDOG_S",
     "DataPlaneActor",
     "DirectoryActor",
     "DirectoryFollower",
@@ -82,6 +83,9 @@ __all__ = [
 DIRECTORY_NAME = "kvmoq_directory"
 """Name of the directory actor (in the current Ray namespace)."""
 
+WATCHDOG_S = 10.0
+"""How long the directory's pending ``beat`` on a relay lasts before the relay answers it (and
+the directory sends the next)."""
 _BEAT_SLACK_S = 10.0
 """How much later than asked a long call (``beat``, ``epoch_after``) may answer before the caller
 counts it as silence."""
@@ -214,7 +218,7 @@ class RayDirectoryClient:
 class DirectoryActor:
     """The cluster directory (see :class:`~.directory.Directory`) with a relay watchdog."""
 
-    def __init__(self, watchdog_s: float = 10.0) -> None:
+    def __init__(self, watchdog_s: float = WATCHDOG_S) -> None:
         self._d = Directory()
         self._relays: dict[str, Any] = {}
         self._watchdog_s = watchdog_s

@@ -173,3 +173,36 @@ def test_start_relays_restarts_a_relay_running_with_another_cluster_secret(
             write_cluster_secret(saved)
         if relay is not None:
             ray.kill(relay)
+
+
+def test_the_directory_forgets_a_killed_relay_before_its_pending_beat_would_answer(
+    ray_cluster: Any,
+) -> None:
+    """The directory's watchdog keeps one long ``beat`` call pending on each relay, answered
+    every ``watchdog_s`` (10 s), not a ping a second. A relay killed for good fails that call as
+    soon as Ray knows, so its node leaves the directory before the beat would have answered."""
+    import ray
+
+    from ray_kvmoq.relay.actor import WATCHDOG_S, get_directory, start_relays
+
+    ns, prefix, node = "kvmoq_beat_test", "kvmoq_beat_", ray_cluster.node_ids["127.0.0.2"]
+    directory = get_directory(namespace=ns)
+    relay = None
+    try:
+        relay = start_relays(
+            node_ids=[node], name_prefix=prefix, namespace=ns, network={"listen": False}
+        )[node]
+
+        def registered() -> bool:
+            return node in [n.node_id for n in ray.get(directory.nodes.remote(), timeout=30)]
+
+        _wait_for(registered, "the relay to register")
+        time.sleep(1.0)  # its beat is pending now
+        ray.kill(relay)
+        t0 = time.monotonic()
+        _wait_for(lambda: not registered(), "the directory to forget the killed relay", WATCHDOG_S)
+        assert time.monotonic() - t0 < WATCHDOG_S
+    finally:
+        for h in (relay, directory):
+            if h is not None:
+                ray.kill(h)

@@ -247,3 +247,22 @@ def test_the_publish_threshold_reaches_our_rows_connectors_and_defaults_to_the_a
     default = AppArgs(mode="combined", server=ReplicaArgs(num_replicas=1)).kv_publish_threshold
     assert connector_extra()["publish_threshold"] == default
     assert connector_extra(publish_threshold=1000)["publish_threshold"] == 1000
+
+
+def test_a_rows_counters_are_read_once_they_count_every_prompt_token_sent(monkeypatch: Any) -> None:
+    """Ray exports vLLM's counters every 10 s: the row waits until they show every prompt token
+    the client sent, and gives up (reading them as they are) after ``_METRICS_SETTLE_S``."""
+    import ray_kvmoq.bench.serve as bs
+
+    clock = [0.0]
+    monkeypatch.setattr(bs.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+    monkeypatch.setattr(bs.time, "monotonic", lambda: clock[0])
+    scrapes = iter([100.0, 900.0, 1100.0, 1500.0])
+    monkeypatch.setattr(bs, "_scrape", lambda: {"prompt_tokens": next(scrapes)})
+    got = bs._scrape_settled({"prompt_tokens": 100.0}, 1000)
+    assert got["prompt_tokens"] == 1100.0
+
+    monkeypatch.setattr(bs, "_scrape", lambda: {"prompt_tokens": 500.0})
+    clock[0] = 0.0
+    assert bs._scrape_settled({"prompt_tokens": 100.0}, 1000)["prompt_tokens"] == 500.0
+    assert bs._METRICS_SETTLE_S <= clock[0] < bs._METRICS_SETTLE_S + 2.0 + 1e-9
