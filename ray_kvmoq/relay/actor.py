@@ -11,11 +11,12 @@ which is tested without Ray).
   ``NodeAffinitySchedulingStrategy(soft=False)``) runs the relay core, its MoQT server on a UDP
   port, and its pool of sessions to peer relays. Between nodes, bytes move only over MoQT.
 * ``DirectoryActor`` (named ``kvmoq_directory``) holds the :class:`~.directory.Directory`.
-  Relays feed it; its watchdog keeps one long call (``beat``) pending on every registered relay,
-  so a dead relay's node is dropped as soon as Ray fails that call, and a merely unresponsive
-  one after ``unresponsive_s`` of silence. Its ``watch`` is a long poll on the hash index's change journal, which a
-  :class:`DirectoryFollower` uses to keep a :class:`~.directory.HashView` current in a reader's
-  process (the router; prefill's lookups), so a lookup on the request path costs no round trip.
+  Relays feed it; its watchdog keeps one long call (``beat``) pending on every registered
+  relay, so a dead relay's node is dropped as soon as Ray fails that call, and a merely
+  unresponsive one after ``unresponsive_s`` of silence. Its ``watch`` is a long poll on the
+  hash index's change journal, which a :class:`DirectoryFollower` uses to keep a
+  :class:`~.directory.HashView` current in a reader's process (the router; prefill's
+  lookups), so a lookup on the request path costs no round trip.
 
 Lifetime (what :func:`start_relays` creates): the directory and every relay are **detached**
 (they outlive the process that created them) and **restartable** (``max_restarts=-1``). A
@@ -29,8 +30,10 @@ re-announces every sealed group it holds, so the directory rebuilds itself from 
 Both watches are long calls, not pings: idle, the KV plane makes one call per relay and
 direction every ``watchdog_s`` / ``heartbeat_s`` (10 and 30 s), and still learns of a death as
 soon as Ray does. Measured idle on a 2-node cluster here, one-second pings cost each relay
-0.005 of a core and the directory 0.007 beyond an idle Ray actor's 0.008. ``start_relays`` is idempotent: it finds the
-named actors that exist and starts only what is missing.
+0.005 of a core and the directory 0.007 beyond an idle Ray actor's 0.008.
+
+``start_relays`` is idempotent: it finds the named actors that exist and starts only what is
+missing.
 
 Never a blocking ``ray.get`` inside ``async def``: the actors await refs. The one ``ray.get`` in
 :meth:`RayGroupStore.put` reads back an object this process has just put (sealed locally, so it
