@@ -95,6 +95,12 @@ counts it as silence."""
 _RETRY_S = 1.0
 """Pause after a failed long call (the other side restarting) before the next one."""
 
+
+def _long_call_s(wait_s: float) -> float:
+    """How long a long call (``watch``, ``epoch_after``, ``beat``) may wait: 0 to 60 s."""
+    return min(max(wait_s, 0.0), 60.0)
+
+
 _SECRET_KEY = b"kvmoq_cluster_secret"
 _SECRET_NS = b"kvmoq"
 
@@ -241,7 +247,7 @@ class DirectoryActor:
         60). A relay keeps one such call pending; when this actor restarts, Ray retries the
         call on the new incarnation, which answers it at once."""
         if epoch == self._epoch:
-            await asyncio.sleep(min(max(wait_s, 0.0), 60.0))
+            await asyncio.sleep(_long_call_s(wait_s))
         return self._epoch
 
     async def register_node(
@@ -294,7 +300,7 @@ class DirectoryActor:
         another incarnation, or further behind than the journal reaches, gets
         ``{"epoch", "version", "snapshot"}`` (every entry) instead."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + min(max(timeout_s, 0.0), 60.0)
+        deadline = loop.time() + _long_call_s(timeout_s)
         while True:
             changes = self._d.changes_since(version) if epoch == self._epoch else None
             if changes is None:
@@ -949,7 +955,7 @@ class RelayActor:
         """The directory's watchdog: answers after ``wait_s`` (at most 60), so the one call it
         keeps pending fails as soon as this relay dies; starts a restarted relay."""
         await self._ready()
-        await asyncio.sleep(min(max(wait_s, 0.0), 60.0))
+        await asyncio.sleep(_long_call_s(wait_s))
         return self.node_id
 
     async def shutdown(self) -> None:
