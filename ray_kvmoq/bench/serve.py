@@ -304,11 +304,13 @@ KV_COUNTERS = (
     "tokens_matched_local",
     "tokens_matched_remote",
     "pulls_declined",
+    "pulls_probed",
     "load_errors",
     "groups_saved",
 )
 """The connector counters ``kv_by_node`` reports: how each node's engines got their prompts'
-prefixes (engine cache, own relay, pulled, recomputed after a declined pull or a failed load),
+prefixes (engine cache, own relay, pulled, recomputed after a declined pull or a failed load;
+of the pulls, those made against a figure that said recompute, to measure it again),
 how many directory lookups were answered from the engine's copy of the directory in the step
 that made them, and what they published."""
 
@@ -560,7 +562,8 @@ def table(res: dict[str, Any]) -> str:
                 f"{node} engine-cache hits {c['lookups_skipped']}, lookups answered at once "
                 f"{c['lookups_answered_at_once']}, tokens from own relay "
                 f"{c['tokens_matched_local']}, pulled {c['tokens_matched_remote']}, pulls "
-                f"declined {c['pulls_declined']}, load errors {c['load_errors']}"
+                f"declined {c['pulls_declined']}, pulls probed {c['pulls_probed']}, load errors "
+                f"{c['load_errors']}"
                 for node, c in by_node.items()
             )
             lines.append(f"{key} KV: {shown}")

@@ -115,7 +115,12 @@ def test_kv_by_node_sums_each_nodes_connector_counters_and_the_table_shows_them(
             "lookups_answered_at_once": 3,
         },
         "e1:worker": {"node_id": "n1", "groups_saved": 8, "load_errors": 1},
-        "e2:scheduler": {"node_id": "n2", "tokens_matched_remote": 1024, "pulls_declined": 2},
+        "e2:scheduler": {
+            "node_id": "n2",
+            "tokens_matched_remote": 1024,
+            "pulls_declined": 2,
+            "pulls_probed": 1,
+        },
         "e3:scheduler": {"node_id": "n2", "lookups_skipped": 1, "unrelated": 99},
     }
     got = kv_by_node(counters, {"n1": "127.0.0.1", "n2": "127.0.0.2"})
@@ -124,14 +129,15 @@ def test_kv_by_node_sums_each_nodes_connector_counters_and_the_table_shows_them(
                                 "tokens_matched_local": 256, "groups_saved": 8, "load_errors": 1,
                                 "lookups_answered_at_once": 3}  # fmt: skip
     assert got["127.0.0.2"] == {**dict.fromkeys(KV_COUNTERS, 0), "lookups_skipped": 1,
-                                "tokens_matched_remote": 1024, "pulls_declined": 2}  # fmt: skip
+                                "tokens_matched_remote": 1024, "pulls_declined": 2,
+                                "pulls_probed": 1}  # fmt: skip
     row = {"ttft_mean_ms": 1.0, "ttft_p50_ms": 1.0, "ttft_p99_ms": 1.0, "tpot_mean_ms": 1.0,
            "request_throughput": 1.0, "failed": 0, "reused_tokens": 0, "kv_by_node": got}  # fmt: skip
     text = table({"rows": {"prefix:b-2": row}})
     assert (
         "prefix:b-2 KV: 127.0.0.1 engine-cache hits 5, lookups answered at once 3, tokens from "
-        "own relay 256, pulled 0, pulls declined 0, load errors 1; 127.0.0.2 engine-cache hits 1"
-        in text
+        "own relay 256, pulled 0, pulls declined 0, pulls probed 0, load errors 1; 127.0.0.2 "
+        "engine-cache hits 1" in text
     )
 
 
