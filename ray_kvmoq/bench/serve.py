@@ -4,8 +4,8 @@ In one run, on one machine and one model (the built-in SmolLM2 on vLLM's CPU bac
 private two-node Ray cluster, each row deploys an app, waits for it, drives it with
 ``vllm bench serve`` (``vllm.benchmarks.serve``, run as a subprocess; datasets
 ``prefix_repetition`` or ``random``, OpenAI completions endpoint), and tears it down with the
-cluster (every run gets a fresh one; with ``--repeat`` the order reverses every other
-repetition: a b c, c b a, ...):
+cluster (every run gets a fresh one; with ``--repeat`` the rows run in the order a b c, c b a,
+c b a, a b c, and again, so no row always runs first or mid-block: :func:`run_order`):
 
 * **a** — Ray Serve LLM as shipped: ``build_openai_app``, vLLM with its prefix cache, the
   ``PrefixCacheAffinityRouter``, no connector;
@@ -466,14 +466,19 @@ def run_order(
     rows: list[str], replicas: list[int], datasets: list[str], repeat: int
 ) -> list[tuple[str, int, int, str]]:
     """(dataset, replicas, repetition, row) in the order they run: the rows of a repetition
-    back to back, every other repetition in reverse (a b c, c b a, ...), so neither a row's
-    position nor the machine's drift over the run favours one row."""
+    back to back, in the order a b, b a, b a, a b (then again), so neither a row's position nor
+    the machine's drift over the run favours one row.
+
+    a b b a alone cancels a steady drift but not one that peaks mid-block: in an A/A run
+    (stock in both rows, 2026-12-07) the middle two runs of a b b a read 8 % higher TPOT than
+    the outer two, every time. Over four repetitions (a b b a b a a b) each row gets the middle
+    of one block and the ends of the other (docs/benchmarks.md)."""
     return [
         (d, n, i, r)
         for d in datasets
         for n in replicas
         for i in range(repeat)
-        for r in (rows if i % 2 == 0 else rows[::-1])
+        for r in (rows if i % 4 in (0, 3) else rows[::-1])
     ]
 
 
@@ -650,7 +655,8 @@ def _csv(kind: type, value: str) -> list[Any]:
     default=1,
     show_default=True,
     type=click.IntRange(1, 10),
-    help="Repetitions (rows alternate); each row reports medians.",
+    help="Repetitions, in the row order a b, b a, b a, a b (use 4 to give each row the ends "
+    "and the middle of a block); each row reports medians.",
 )
 @click.option(
     "--out",

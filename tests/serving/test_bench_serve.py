@@ -59,13 +59,18 @@ def test_summary_ratios_and_medians() -> None:
     assert "Ray Serve LLM" in table({"rows": rows, "ratios_to_a": rat})
 
 
-def test_repetitions_alternate_the_row_order_so_no_row_always_runs_first() -> None:
+def test_repetitions_run_rows_in_the_order_abba_baab_so_no_row_always_runs_first_or_mid_block() -> (
+    None
+):
     order = run_order(["a", "b", "c"], [1, 2], ["random"], repeat=2)
     assert [(n, i, r) for _, n, i, r in order] == [
         (1, 0, "a"), (1, 0, "b"), (1, 0, "c"), (1, 1, "c"), (1, 1, "b"), (1, 1, "a"),
         (2, 0, "a"), (2, 0, "b"), (2, 0, "c"), (2, 1, "c"), (2, 1, "b"), (2, 1, "a"),
     ]  # fmt: skip
     assert [r for *_, r in run_order(["a", "b"], [2], ["random"], repeat=1)] == ["a", "b"]
+    # four repetitions: a b b a b a a b, each row in the middle of one block of four
+    order = [r for *_, r in run_order(["a", "b"], [2], ["random"], repeat=4)]
+    assert "".join(order) == "abbabaab"
 
 
 def test_bad_rows_or_datasets_are_refused_before_anything_starts() -> None:
