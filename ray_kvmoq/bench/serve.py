@@ -469,9 +469,9 @@ def run_order(
     back to back, in the order a b, b a, b a, a b (then again), so neither a row's position nor
     the machine's drift over the run favours one row.
 
-    a b b a alone cancels a steady drift but not one that peaks mid-block: in an A/A run
-    (stock in both rows, 2026-12-07) the middle two runs of a b b a read 8 % higher TPOT than
-    the outer two. Over four repetitions (a b b a b a a b) each row gets the middle of one
+    a b b a alone cancels a steady drift but not one that peaks mid-block: in one A/A block
+    (stock in both rows, 2026-12-07) the middle two runs read 8 % higher TPOT than the outer
+    two. Over four repetitions (a b b a b a a b) each row gets the middle of one
     block and the ends of the other (docs/benchmarks.md)."""
     return [
         (d, n, i, r)
