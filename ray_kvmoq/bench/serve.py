@@ -17,7 +17,8 @@ machine's cores, as on two real nodes, unless ``--engine-cores shared``; every e
 same per-step token budget, ``--max-num-batched-tokens``: by default the one our apps use on
 CPU, :data:`~ray_kvmoq.serving.engine_args.CPU_STEP_BUDGET`, as a Ray Serve LLM user who tuned
 it would; vLLM's own 2,048 stalls every row for seconds a step). Per row: TTFT mean/p50/p99,
-TPOT mean, requests/s and failed requests from the client's result file, and reused prompt
+TPOT mean/p50/p99, inter-token latency p50/p99 (in the JSON and each run's log line),
+requests/s and failed requests from the client's result file, and reused prompt
 tokens from vLLM's own counters
 (``vllm:prefix_cache_hits`` + ``vllm:external_prefix_cache_hits``, scraped from every node's Ray
 metrics endpoint), and the prompt tokens each node computed, and the cores each part of the
@@ -368,6 +369,12 @@ def summarize(
         "ttft_p50_ms": raw.get("median_ttft_ms", raw.get("p50_ttft_ms")),
         "ttft_p99_ms": raw.get("p99_ttft_ms"),
         "tpot_mean_ms": raw.get("mean_tpot_ms"),
+        # where a mean moves, the percentiles tell a slower engine step (p50 moves) from stalls
+        # (p99 moves); ITL is per token, TPOT per request
+        "tpot_p50_ms": raw.get("median_tpot_ms"),
+        "tpot_p99_ms": raw.get("p99_tpot_ms"),
+        "itl_p50_ms": raw.get("median_itl_ms"),
+        "itl_p99_ms": raw.get("p99_itl_ms"),
         "request_throughput": raw.get("request_throughput"),
         "completed": raw.get("completed"),
         "failed": raw.get("failed"),
@@ -532,7 +539,8 @@ def row_summary(r: dict[str, Any]) -> str:
     rps = r.get("request_throughput")
     return (
         f"TTFT mean {ms('ttft_mean_ms')} ms, p50 {ms('ttft_p50_ms')}, p99 {ms('ttft_p99_ms')}; "
-        f"TPOT {ms('tpot_mean_ms')} ms; "
+        f"TPOT {ms('tpot_mean_ms')} ms (p50 {ms('tpot_p50_ms')}, p99 {ms('tpot_p99_ms')}), "
+        f"ITL p50 {ms('itl_p50_ms')}, p99 {ms('itl_p99_ms')}; "
         f"{f'{rps:.2f}' if isinstance(rps, int | float) else '-'} req/s; "
         f"{r.get('failed') or 0} failed; {r.get('reused_tokens', '-')} tokens reused"
     )

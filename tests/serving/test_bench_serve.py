@@ -34,7 +34,9 @@ def test_client_args_drive_the_completions_endpoint_with_the_asked_dataset() -> 
 
 def _raw(ttft: float, tpot: float, rps: float, failed: int = 0) -> dict:
     return {"mean_ttft_ms": ttft, "median_ttft_ms": ttft, "p99_ttft_ms": 2 * ttft,
-            "mean_tpot_ms": tpot, "request_throughput": rps, "completed": 10, "failed": failed}  # fmt: skip
+            "mean_tpot_ms": tpot, "median_tpot_ms": tpot - 1, "p99_tpot_ms": 2 * tpot,
+            "median_itl_ms": tpot - 2, "p99_itl_ms": 3 * tpot,
+            "request_throughput": rps, "completed": 10, "failed": failed}  # fmt: skip
 
 
 def test_summary_ratios_and_medians() -> None:
@@ -179,12 +181,12 @@ def test_each_run_prints_its_figures_on_one_line_as_it_ends(monkeypatch: Any, ca
     after = {**zero, "prefix_cache_hits": 512.0, "external_prefix_cache_hits": 128.0}
     row = summarize(_raw(1234.4, 56.7, 0.876, failed=2), zero, after)
     assert row_summary(row) == (
-        "TTFT mean 1,234 ms, p50 1,234, p99 2,469; TPOT 57 ms; 0.88 req/s; 2 failed; "
-        "640 tokens reused"
+        "TTFT mean 1,234 ms, p50 1,234, p99 2,469; TPOT 57 ms (p50 56, p99 113), ITL p50 55, "
+        "p99 170; 0.88 req/s; 2 failed; 640 tokens reused"
     )
-    assert (
-        row_summary({})
-        == "TTFT mean - ms, p50 -, p99 -; TPOT - ms; - req/s; 0 failed; - tokens reused"
+    assert row_summary({}) == (
+        "TTFT mean - ms, p50 -, p99 -; TPOT - ms (p50 -, p99 -), ITL p50 -, p99 -; - req/s; "
+        "0 failed; - tokens reused"
     )
     test_a_row_that_fails_is_reported_and_the_other_rows_are_kept(monkeypatch)
     err = capsys.readouterr().err
