@@ -5,7 +5,8 @@ private two-node Ray cluster, each row deploys an app, waits for it, drives it w
 ``vllm bench serve`` (``vllm.benchmarks.serve``, run as a subprocess; datasets
 ``prefix_repetition`` or ``random``, OpenAI completions endpoint), and tears it down with the
 cluster (every run gets a fresh one; with ``--repeat`` the rows run in the order a b c, c b a,
-c b a, a b c, and again, so no row always runs first or mid-block: :func:`run_order`):
+c b a, a b c, and again, so no row always runs first or mid-block; repetition ``i`` drives
+every row with client seed ``i``, the same requests at the same times: :func:`run_order`):
 
 * **a** — Ray Serve LLM as shipped: ``build_openai_app``, vLLM with its prefix cache, the
   ``PrefixCacheAffinityRouter``, no connector;
@@ -223,12 +224,14 @@ def _scrape() -> dict[str, float]:
 def client_args(
     *, base: str, model: str, tokenizer: str, dataset: str, num_prompts: int, rate: float,
     result_dir: str, prefix_len: int, suffix_len: int, num_prefixes: int, output_len: int,
+    seed: int = 0,
 ) -> list[str]:  # fmt: skip
-    """``vllm bench serve`` arguments for one row."""
+    """``vllm bench serve`` arguments for one row (``seed``: the client's prompts and arrival
+    times)."""
     args = [
         "--backend", "openai", "--base-url", base, "--endpoint", "/v1/completions",
         "--model", model, "--tokenizer", tokenizer, "--dataset-name", dataset,
-        "--num-prompts", str(num_prompts), "--request-rate", str(rate), "--seed", "0",
+        "--num-prompts", str(num_prompts), "--request-rate", str(rate), "--seed", str(seed),
         "--temperature", "0", "--ignore-eos", "--save-result", "--result-dir", result_dir,
         "--result-filename", "result.json", "--percentile-metrics", "ttft,tpot,itl",
         "--metric-percentiles", "50,99",
@@ -453,7 +456,9 @@ def run_bench(
                             publish_threshold=publish_threshold,
                         )
                     )
-                    wl = {**workload, "dataset": dataset}
+                    # every row of a repetition gets the same requests at the same times;
+                    # each repetition other ones (run_order)
+                    wl = {**workload, "dataset": dataset, "seed": rep}
                     base = f"http://127.0.0.1:{port}/{_APP}"
                     result = _one_row(app, base, key, wl)
                     runs.setdefault(key, []).append(result)
@@ -479,7 +484,12 @@ def run_order(
     a b b a alone cancels a steady drift but not one that peaks mid-block: in one A/A block
     (stock in both rows, 2026-12-07) the middle two runs read 8 % higher TPOT than the outer
     two. Over four repetitions (a b b a b a a b) each row gets the middle of one
-    block and the ends of the other (docs/benchmarks.md)."""
+    block and the ends of the other (docs/benchmarks.md).
+
+    Repetition ``i`` drives every row with client seed ``i``: the rows of a repetition are
+    compared on the same prompts arriving at the same times, and repetitions sample different
+    arrival patterns. With one seed for all, every repetition replayed one pattern, and how its
+    bursts happened to fall on two replicas weighed in every median (docs/benchmarks.md)."""
     return [
         (d, n, i, r)
         for d in datasets

@@ -30,6 +30,9 @@ def test_client_args_drive_the_completions_endpoint_with_the_asked_dataset() -> 
                     rate=1.0, result_dir="/r", prefix_len=100, suffix_len=10, num_prefixes=3,
                     output_len=7)  # fmt: skip
     assert "--random-input-len 110" in " ".join(r)
+    assert "--seed 0" in s and "--seed 3" in " ".join(client_args(
+        base="http://x", model="m", tokenizer="/t", dataset="random", num_prompts=5, rate=1.0,
+        result_dir="/r", prefix_len=100, suffix_len=10, num_prefixes=3, output_len=7, seed=3))  # fmt: skip
 
 
 def _raw(ttft: float, tpot: float, rps: float, failed: int = 0) -> dict:
@@ -279,3 +282,31 @@ def test_a_rows_counters_are_read_once_they_count_every_prompt_token_sent(monkey
     clock[0] = 0.0
     assert bs._scrape_settled({"prompt_tokens": 100.0}, 1000)["prompt_tokens"] == 500.0
     assert bs._METRICS_SETTLE_S <= clock[0] < bs._METRICS_SETTLE_S + 2.0 + 1e-9
+
+
+def test_the_rows_of_a_repetition_share_a_client_seed_and_repetitions_differ(
+    monkeypatch: Any,
+) -> None:
+    """Rows are compared on the same requests; repetitions sample other arrival patterns."""
+    import contextlib
+
+    import ray.serve
+
+    from ray_kvmoq.bench import cluster, serve
+
+    monkeypatch.setattr(cluster, "two_node_cluster", lambda **kw: contextlib.nullcontext())
+    monkeypatch.setattr(ray.serve, "start", lambda **kw: None)
+    monkeypatch.setattr(ray.serve, "shutdown", lambda: None)
+    monkeypatch.setattr(serve, "_stock_app", lambda *a: "a")
+    monkeypatch.setattr(serve, "_our_app", lambda *a, **kw: "b")
+    seeds: list[tuple[str, int]] = []
+
+    def one_row(app: str, base: str, key: str, wl: dict[str, Any]) -> dict[str, Any]:
+        seeds.append((app, wl["seed"]))
+        return {"ttft_mean_ms": 1.0, "failed": 0}
+
+    monkeypatch.setattr(serve, "_one_row", one_row)
+    serve.run_bench(rows=["a", "b"], replicas=[2], datasets=["random"], num_prompts=2, rate=1.0,
+                    prefix_len=8, suffix_len=4, num_prefixes=1, output_len=2, datagram=1452,
+                    repeat=3)  # fmt: skip
+    assert seeds == [("a", 0), ("b", 0), ("b", 1), ("a", 1), ("b", 2), ("a", 2)]
