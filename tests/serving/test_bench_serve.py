@@ -19,7 +19,7 @@ from ray_kvmoq.bench.serve import (
 from ray_kvmoq.cli import main
 
 
-def test_client_args_drive_the_completions_endpoint_with_the_asked_dataset() -> None:
+def test_client_args_drive_the_completions_endpoint_with_the_asked_dataset_and_seed() -> None:
     a = client_args(base="http://x/app", model="m", tokenizer="/t", dataset="prefix_repetition",
                     num_prompts=5, rate=2.0, result_dir="/r", prefix_len=100, suffix_len=10,
                     num_prefixes=3, output_len=7)  # fmt: skip
