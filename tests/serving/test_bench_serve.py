@@ -151,8 +151,8 @@ def test_kv_by_node_sums_each_nodes_connector_counters_and_the_table_shows_them(
     )
 
 
-def test_a_row_that_fails_is_reported_and_the_other_rows_are_kept(monkeypatch: Any) -> None:
-    """One failing run must not cost the others' results (every run is minutes of CPU)."""
+def _without_cluster(monkeypatch: Any) -> Any:
+    """``ray_kvmoq.bench.serve`` with no Ray cluster and no Serve behind ``run_bench``."""
     import contextlib
 
     import ray.serve
@@ -162,6 +162,12 @@ def test_a_row_that_fails_is_reported_and_the_other_rows_are_kept(monkeypatch: A
     monkeypatch.setattr(cluster, "two_node_cluster", lambda **kw: contextlib.nullcontext())
     monkeypatch.setattr(ray.serve, "start", lambda **kw: None)
     monkeypatch.setattr(ray.serve, "shutdown", lambda: None)
+    return serve
+
+
+def test_a_row_that_fails_is_reported_and_the_other_rows_are_kept(monkeypatch: Any) -> None:
+    """One failing run must not cost the others' results (every run is minutes of CPU)."""
+    serve = _without_cluster(monkeypatch)
     monkeypatch.setattr(serve, "_stock_app", lambda *a: "stock")
     monkeypatch.setattr(serve, "_our_app", lambda *a, **kw: "ours")
 
@@ -198,15 +204,7 @@ def test_each_run_prints_its_figures_on_one_line_as_it_ends(monkeypatch: Any, ca
 
 def test_a_step_budget_reaches_the_stock_and_our_engines_alike(monkeypatch: Any) -> None:
     """``--max-num-batched-tokens`` must change every row, or the comparison is not fair."""
-    import contextlib
-
-    import ray.serve
-
-    from ray_kvmoq.bench import cluster, serve
-
-    monkeypatch.setattr(cluster, "two_node_cluster", lambda **kw: contextlib.nullcontext())
-    monkeypatch.setattr(ray.serve, "start", lambda **kw: None)
-    monkeypatch.setattr(ray.serve, "shutdown", lambda: None)
+    serve = _without_cluster(monkeypatch)
     seen: dict[str, dict[str, Any]] = {}
     monkeypatch.setattr(serve, "_stock_app", lambda *a: seen.setdefault("a", a[-1]) and "a")
     monkeypatch.setattr(
@@ -288,15 +286,7 @@ def test_the_rows_of_a_repetition_share_a_client_seed_and_repetitions_differ(
     monkeypatch: Any,
 ) -> None:
     """Rows are compared on the same requests; repetitions sample other arrival patterns."""
-    import contextlib
-
-    import ray.serve
-
-    from ray_kvmoq.bench import cluster, serve
-
-    monkeypatch.setattr(cluster, "two_node_cluster", lambda **kw: contextlib.nullcontext())
-    monkeypatch.setattr(ray.serve, "start", lambda **kw: None)
-    monkeypatch.setattr(ray.serve, "shutdown", lambda: None)
+    serve = _without_cluster(monkeypatch)
     monkeypatch.setattr(serve, "_stock_app", lambda *a: "a")
     monkeypatch.setattr(serve, "_our_app", lambda *a, **kw: "b")
     seeds: list[tuple[str, int]] = []
