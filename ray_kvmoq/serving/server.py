@@ -8,7 +8,11 @@ around it (:class:`KVServerMixin`):
   timed, so the figures board knows this node's prefill speed before the first request (the
   connector keeps refreshing it from real traffic);
 * ``kv_counters()`` / ``kv_flush()``: the connector worker's counters, and draining its
-  publisher (tests, ``kvmoq inspect``), through vLLM's ``collective_rpc``.
+  publisher (tests, ``kvmoq inspect``), through vLLM's ``collective_rpc``;
+* streamed outputs sent as soon as they are ready, at most one message per
+  ``stream_batching_interval_ms`` as before (:class:`~.batching.LeadingEdgeBatcher`), instead
+  of at the next tick of Ray Serve LLM's interval, which held every first token back by up to
+  an interval (50 ms by default).
 
 ``KVLLMServer`` serves combined apps, ``KVPrefillServer`` / ``KVDecodeServer`` the PD roles
 (Ray Serve LLM's PD orchestration, with our connector backend's concurrent hand-off). A decode
@@ -33,8 +37,8 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import TYPE_CHECKING, Any, cast
 
 from ray.llm._internal.serve.core.server.llm_server import LLMServer
 from ray.llm._internal.serve.serving_patterns.prefill_decode.pd_server import (
@@ -43,6 +47,7 @@ from ray.llm._internal.serve.serving_patterns.prefill_decode.pd_server import (
 )
 
 from .backend import handoff_id
+from .batching import LeadingEdgeBatcher
 from .prefill_wait import (
     DEFAULT_PREFILL_TIMEOUT_S,
     PREFILL_TIMEOUT_KEY,
@@ -63,6 +68,10 @@ class KVServerMixin:
 
     engine: Any
     _llm_config: Any
+
+    if TYPE_CHECKING:  # LLMServer's, which the servers below inherit
+
+        def _get_batch_interval_ms(self, stream: bool = True) -> int: ...
 
     async def __init__(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[misc]  # Serve's async constructors
         await super().__init__(*args, **kwargs)  # type: ignore[misc]
@@ -103,6 +112,13 @@ class KVServerMixin:
             "prefill_s_per_token", self._kv_node_id, s_per_token, provisional=True
         )
         log.info("prefill probe: %.2f ms per token on node %s", s_per_token * 1e3, self._kv_node_id)
+
+    def _batch_output_stream(
+        self, generator: AsyncGenerator[Any, None]
+    ) -> AsyncGenerator[list[Any], None]:
+        """Ray Serve LLM's streaming batches, sent on their leading edge (module docstring)."""
+        batches = LeadingEdgeBatcher(generator, self._get_batch_interval_ms()).stream()
+        return cast("AsyncGenerator[list[Any], None]", batches)  # lists, as Batcher's
 
     async def kv_counters(self) -> dict[str, int]:
         """The connector worker's counters since the engine started."""
