@@ -18,6 +18,7 @@ as the rate bound allows.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncGenerator, Iterable
 from typing import TypeVar
@@ -61,8 +62,9 @@ class LeadingEdgeBatcher(Batcher[T]):
             while True:
                 await self._arrived.wait()
                 wait = last_sent + interval - time.monotonic()
-                if wait > 0 and not self.done_event.is_set():
-                    await _until(self.done_event, wait)
+                if wait > 0:  # the interval's end, or the stream's if that comes first
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.done_event.wait(), wait)
                 self._arrived.clear()
                 results, is_done = self.check_done_and_drain()
                 if results:
@@ -74,11 +76,3 @@ class LeadingEdgeBatcher(Batcher[T]):
         finally:
             if not self.read_task.done():
                 self.read_task.cancel()
-
-
-async def _until(event: asyncio.Event, timeout: float) -> None:
-    """Wait for ``event`` at most ``timeout`` seconds (without cancelling what sets it)."""
-    try:
-        await asyncio.wait_for(event.wait(), timeout)
-    except TimeoutError:
-        pass
