@@ -98,6 +98,10 @@ class FiguresSnapshot:
             return own
         return _median(list(per_node.values())) if per_node else None
 
+    def is_provisional(self, kind: str, node_id: str) -> bool:
+        """Whether the node's figure of this kind is still a start-up probe's."""
+        return node_id in self.provisional.get(kind, ())
+
     def to_dict(self) -> dict[str, Any]:
         """Plain dicts (for Serve routing stats, ``kvmoq inspect``, benches)."""
         return {

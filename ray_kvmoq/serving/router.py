@@ -64,6 +64,7 @@ __all__ = [
     "COLD_TIE",
     "DEFAULT_MAX_TOKENS",
     "PIN_SLACK",
+    "PROBE_TIE",
     "KVRouter",
     "ReplicaLoad",
     "max_tokens",
@@ -102,6 +103,13 @@ other are a tie. A cold prompt costs the same prefill wherever it runs, so what 
 apart is the per-node prefill figures (two identical nodes read 1.46 and 1.63 ms a token in one
 bench run) and, once measured, the decode batch. Taken at face value, that noise put both of
 the bench's prefixes on one node, and pinning kept them there (docs/benchmarks.md)."""
+PROBE_TIE = 2.0
+""":data:`COLD_TIE` while a candidate node's prefill figure is still its start-up probe's. A probe
+is one short prefill timed beside the other engines' start: on two identical nodes the probes
+read 0.93 and 1.23 ms a token (1.32x) in one bench run and 1.09-1.19x apart in three others,
+and that run's first prompts of both prefixes all went to the node that probed faster
+(docs/benchmarks.md). Nodes twice as fast still win from the first prompt; within the factor,
+the queues decide until real work has measured the nodes (seconds into serving)."""
 DEFAULT_MAX_TOKENS = 16
 """Tokens assumed for a request that sets no limit: OpenAI's default ``max_tokens`` for text
 completions (a chat request without one may run longer; the router cannot know)."""
@@ -148,7 +156,8 @@ def rank(
             )
             plans[c.key] = plan(req, c, nf)
     if not any(p.reused_chunks for p in plans.values()):
-        order = _pow2(candidates, plans, rng)
+        probed = any(figures.is_provisional("prefill_s_per_token", c.node_id) for c in candidates)
+        order = _pow2(candidates, plans, rng, PROBE_TIE if probed else COLD_TIE)
         return order, "pow2", plans.get(order[0])
     if all(p.cost_s is not None for p in plans.values()):
         ranked = sorted(candidates, key=lambda c: (plans[c.key].cost_s, c.queue_len, rng.random()))
@@ -177,10 +186,13 @@ def _pinned(ranked: list[Candidate], plans: dict[str, Plan]) -> Candidate | None
     return holder
 
 
-def _pow2(candidates: list[Candidate], plans: dict[str, Plan], rng: random.Random) -> list[str]:
+def _pow2(
+    candidates: list[Candidate], plans: dict[str, Plan], rng: random.Random, tie: float
+) -> list[str]:
     """Two random candidates, the cheaper first, then the rest in random order.
 
-    The cheaper by estimated cost where the two differ by more than :data:`COLD_TIE`; else the
+    The cheaper by estimated cost where the two differ by more than ``tie`` (:data:`COLD_TIE`,
+    or :data:`PROBE_TIE` while a start-up probe's figure is in play); else the
     shorter queue, then the replica used less lately, then the engine holding fewer recent
     chunks (stock's "smallest tenant"): where the prompt goes, its prefix will live and its
     repeats will follow, so a new prefix goes where the fewest others are in use. Recent use,
@@ -193,7 +205,7 @@ def _pow2(candidates: list[Candidate], plans: dict[str, Plan], rng: random.Rando
     pair = rng.sample(candidates, 2)
     costs = {c.key: p.cost_s if (p := plans.get(c.key)) is not None else None for c in pair}
     a, b = costs.values()
-    if a is not None and b is not None and max(a, b) > COLD_TIE * min(a, b):
+    if a is not None and b is not None and max(a, b) > tie * min(a, b):
         pair.sort(key=lambda c: costs[c.key] or 0.0)
     else:
         pair.sort(key=lambda c: (c.queue_len, c.recent_use, len(c.recent), costs[c.key] or 0.0))

@@ -18,6 +18,7 @@ from ray_kvmoq.serving.router import (
     COLD_TIE,
     DEFAULT_MAX_TOKENS,
     PIN_SLACK,
+    PROBE_TIE,
     ReplicaLoad,
     max_tokens,
     rank,
@@ -428,6 +429,42 @@ def test_a_cold_prompt_goes_to_the_shorter_queue_when_the_costs_differ_only_by_f
     for seed in range(10):
         order, _, _ = rank(_req([]), [holds_one, B], noisy, random.Random(seed))
         assert order == ["rB", "rA"]
+
+
+def test_start_up_probes_1_32x_apart_are_a_tie_and_the_shorter_queue_gets_the_cold_prompt() -> None:
+    """The bench run where two identical nodes' probes read 0.93 and 1.23 ms a token: while
+    both figures are the probes', the 1.32x between them is a tie (within PROBE_TIE), so the
+    faster-probing A, busy decoding, does not get the new prefix. Once A's real work has been
+    measured at the same figure, COLD_TIE applies and A wins; a probe 2.5x faster wins at
+    once."""
+    assert (COLD_TIE, PROBE_TIE) == (1.25, 2.0)
+    f = Figures()
+    for node, prefill in (("A", 0.93e-3), ("B", 1.23e-3)):
+        f.report("prefill_s_per_token", node, prefill, provisional=True)
+        f.report("pull_s_per_byte", node, 1e-8)
+    probed = f.snapshot()
+    assert probed.is_provisional("prefill_s_per_token", "A")
+    decoding = Candidate(key="rA", node_id="A", queue_len=1, planned=1)
+    for seed in range(10):
+        order, outcome, _ = rank(_req([]), [decoding, B], probed, random.Random(seed))
+        assert (outcome, order) == ("pow2", ["rB", "rA"])
+
+    far = Figures()
+    for node, prefill in (("A", 0.49e-3), ("B", 1.23e-3)):
+        far.report("prefill_s_per_token", node, prefill, provisional=True)
+        far.report("pull_s_per_byte", node, 1e-8)
+    for seed in range(10):
+        order, _, _ = rank(_req([]), [decoding, B], far.snapshot(), random.Random(seed))
+        assert order == ["rA", "rB"]
+
+    measured = Figures()
+    for node, prefill in (("A", 0.93e-3), ("B", 1.23e-3)):
+        measured.report("prefill_s_per_token", node, prefill)
+        measured.report("pull_s_per_byte", node, 1e-8)
+    assert not measured.snapshot().is_provisional("prefill_s_per_token", "A")
+    for seed in range(10):
+        order, _, _ = rank(_req([]), [decoding, B], measured.snapshot(), random.Random(seed))
+        assert order == ["rA", "rB"]
 
 
 def test_a_cold_prompt_goes_to_the_replica_used_less_lately_before_the_one_holding_less() -> None:
