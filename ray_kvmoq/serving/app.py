@@ -106,8 +106,10 @@ class AppArgs(BaseModel):
     """KV track compression (``auto``: the lossless track of ``dtype``)."""
     kv_publish_threshold: int = Field(default=2, ge=1, le=1000)
     """An engine publishes a prompt chunk the n-th time it sees it (2: on the second sight, so
-    a prompt seen once costs no publishing; 1: every chunk as soon as it is computed). PD
-    prefill replicas publish every chunk, as decode loads it."""
+    a prompt seen once costs no publishing; 1: every chunk as soon as it is computed, worth it
+    where the shared prefixes outgrow the engines' KV memory, as a prefix evicted before its
+    second sight is otherwise in no relay). PD prefill replicas publish every chunk, as decode
+    loads it."""
     kv_timeout_s: float = Field(default=10.0, gt=0)
     """A KV load slower than this is recomputed."""
     pd_prefill_timeout_s: float = Field(default=DEFAULT_PREFILL_TIMEOUT_S, gt=0)
