@@ -40,6 +40,16 @@ def _figures(prefill: float | None, pull: float | None, local: float = 1e-11) ->
     return f.snapshot()
 
 
+def _prefill_figures(a: float, b: float, *, provisional: bool = False) -> Figures:
+    """Nodes A and B with these prefill figures (start-up probes' if ``provisional``) and
+    100 MB/s pulls."""
+    f = Figures()
+    for node, prefill in (("A", a), ("B", b)):
+        f.report("prefill_s_per_token", node, prefill, provisional=provisional)
+        f.report("pull_s_per_byte", node, 1e-8)
+    return f
+
+
 def _decode_figures() -> Figures:
     """Both nodes: 1 ms/token prefill, 100 MB/s pulls, 20 ms a decoding sequence."""
     f = Figures()
@@ -407,10 +417,7 @@ def test_a_cold_prompt_goes_to_the_shorter_queue_when_the_costs_differ_only_by_f
     node really 2x faster wins whatever its queue, and with equal queues the engine holding
     fewer recent chunks gets it."""
     assert COLD_TIE == 1.25
-    f = Figures()
-    for node, prefill in (("A", 1.46e-3), ("B", 1.63e-3)):
-        f.report("prefill_s_per_token", node, prefill)
-        f.report("pull_s_per_byte", node, 1e-8)
+    f = _prefill_figures(1.46e-3, 1.63e-3)
     noisy = f.snapshot()
     decoding = Candidate(key="rA", node_id="A", queue_len=1, planned=1)
     for seed in range(10):
@@ -438,10 +445,7 @@ def test_start_up_probes_1_32x_apart_are_a_tie_and_the_shorter_queue_gets_the_co
     measured at the same figure, COLD_TIE applies and A wins; a probe 2.5x faster wins at
     once."""
     assert (COLD_TIE, PROBE_TIE) == (1.25, 2.0)
-    f = Figures()
-    for node, prefill in (("A", 0.93e-3), ("B", 1.23e-3)):
-        f.report("prefill_s_per_token", node, prefill, provisional=True)
-        f.report("pull_s_per_byte", node, 1e-8)
+    f = _prefill_figures(0.93e-3, 1.23e-3, provisional=True)
     probed = f.snapshot()
     assert probed.is_provisional("prefill_s_per_token", "A")
     decoding = Candidate(key="rA", node_id="A", queue_len=1, planned=1)
@@ -449,18 +453,12 @@ def test_start_up_probes_1_32x_apart_are_a_tie_and_the_shorter_queue_gets_the_co
         order, outcome, _ = rank(_req([]), [decoding, B], probed, random.Random(seed))
         assert (outcome, order) == ("pow2", ["rB", "rA"])
 
-    far = Figures()
-    for node, prefill in (("A", 0.49e-3), ("B", 1.23e-3)):
-        far.report("prefill_s_per_token", node, prefill, provisional=True)
-        far.report("pull_s_per_byte", node, 1e-8)
+    far = _prefill_figures(0.49e-3, 1.23e-3, provisional=True)
     for seed in range(10):
         order, _, _ = rank(_req([]), [decoding, B], far.snapshot(), random.Random(seed))
         assert order == ["rA", "rB"]
 
-    measured = Figures()
-    for node, prefill in (("A", 0.93e-3), ("B", 1.23e-3)):
-        measured.report("prefill_s_per_token", node, prefill)
-        measured.report("pull_s_per_byte", node, 1e-8)
+    measured = _prefill_figures(0.93e-3, 1.23e-3)
     assert not measured.snapshot().is_provisional("prefill_s_per_token", "A")
     for seed in range(10):
         order, _, _ = rank(_req([]), [decoding, B], measured.snapshot(), random.Random(seed))
@@ -471,10 +469,7 @@ def test_a_cold_prompt_goes_to_the_replica_used_less_lately_before_the_one_holdi
     """Equal queues, costs within COLD_TIE: the replica that served the live prefix lately
     (use 1.9) loses to the one whose engine holds as much but was used less (0.8: the bench's
     opening test prompt, long ago), whichever pair the draw makes."""
-    f = Figures()
-    for node, prefill in (("A", 1.46e-3), ("B", 1.63e-3)):
-        f.report("prefill_s_per_token", node, prefill)
-        f.report("pull_s_per_byte", node, 1e-8)
+    f = _prefill_figures(1.46e-3, 1.63e-3)
     held = frozenset(f"x{k}" for k in range(8))
     busy_lately = Candidate(key="rA", node_id="A", recent=held, recent_use=1.9)
     quiet = Candidate(key="rB", node_id="B", recent=held | {"y"}, recent_use=0.8)
