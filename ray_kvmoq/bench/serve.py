@@ -127,13 +127,14 @@ def stock_config(
 def _our_app(
     replicas: int, reuse: bool, max_len: int, datagram: int, kv_cache_mb: int,
     engine_extra: dict[str, Any], *, publish_threshold: int | None = None,
+    when_evicting: bool | None = None,
 ) -> Any:  # fmt: skip
     from ray_kvmoq.serving.app import build
 
     return build(
         our_args(
             replicas, reuse, max_len, datagram, kv_cache_mb, engine_extra,
-            publish_threshold=publish_threshold,
+            publish_threshold=publish_threshold, when_evicting=when_evicting,
         )
     )  # fmt: skip
 
@@ -141,14 +142,18 @@ def _our_app(
 def our_args(
     replicas: int, reuse: bool, max_len: int, datagram: int, kv_cache_mb: int,
     engine_extra: dict[str, Any], *, publish_threshold: int | None = None,
+    when_evicting: bool | None = None,
 ) -> Any:  # fmt: skip
-    """Rows b and c's app arguments (c: ``reuse`` False; ``publish_threshold`` None: the apps'
-    default ``kv_publish_threshold``)."""
+    """Rows b and c's app arguments (c: ``reuse`` False; ``publish_threshold`` and
+    ``when_evicting`` None: the apps' defaults ``kv_publish_threshold`` and
+    ``kv_publish_when_evicting``)."""
     from ray_kvmoq.serving.app import AppArgs, ReplicaArgs
 
     threshold: dict[str, Any] = (
         {} if publish_threshold is None else {"kv_publish_threshold": publish_threshold}
     )
+    if when_evicting is not None:
+        threshold["kv_publish_when_evicting"] = when_evicting
     return AppArgs(
         mode="combined",
         max_model_len=max_len,
@@ -311,6 +316,8 @@ KV_COUNTERS = (
     "pulls_probed",
     "load_errors",
     "groups_saved",
+    "chunks_evicted_seen",
+    "requests_first_sight",
 )
 """The connector counters ``kv_by_node`` reports: how each node's engines got their prompts'
 prefixes (engine cache, own relay, pulled, recomputed after a declined pull or a failed load;
@@ -404,6 +411,7 @@ def run_bench(
     prefix_len: int, suffix_len: int, num_prefixes: int, output_len: int, datagram: int,
     repeat: int = 1, kv_cache_mb: int = 1024, split_cores: bool = True,
     max_num_batched_tokens: int = CPU_STEP_BUDGET, publish_threshold: int | None = None,
+    when_evicting: bool | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Run every (row, replicas, repetition), each on a fresh cluster; see the module docstring."""
     from ray import serve
@@ -418,6 +426,8 @@ def run_bench(
     engine_extra = step_budget(max_num_batched_tokens)  # every row alike
     if publish_threshold is None:
         publish_threshold = AppArgs.model_fields["kv_publish_threshold"].default
+    if when_evicting is None:
+        when_evicting = AppArgs.model_fields["kv_publish_when_evicting"].default
     workload = {
         "model": BUILTIN_MODEL, "tokenizer": model_dir,
         "num_prompts": num_prompts, "rate": rate, "prefix_len": prefix_len,
@@ -429,6 +439,7 @@ def run_bench(
         "output_len": output_len, "relay_datagram_size": datagram, "kv_cache_mb": kv_cache_mb,
         "engine_cores": "split" if split_cores else "shared",
         "max_num_batched_tokens": max_num_batched_tokens, "publish_threshold": publish_threshold,
+        "publish_when_evicting": when_evicting,
     }}  # fmt: skip
     runs: dict[str, list[dict[str, Any]]] = {}
     for dataset, n, rep, row in run_order(rows, replicas, datasets, repeat):
@@ -454,6 +465,7 @@ def run_bench(
                             kv_cache_mb,
                             engine_extra,
                             publish_threshold=publish_threshold,
+                            when_evicting=when_evicting,
                         )
                     )
                     # every row of a repetition gets the same requests at the same times;
@@ -586,7 +598,8 @@ def table(res: dict[str, Any]) -> str:
                 f"{c['lookups_answered_at_once']}, tokens from own relay "
                 f"{c['tokens_matched_local']}, pulled {c['tokens_matched_remote']}, pulls "
                 f"declined {c['pulls_declined']}, pulls probed {c['pulls_probed']}, load errors "
-                f"{c['load_errors']}"
+                f"{c['load_errors']}, evicted repeats {c['chunks_evicted_seen']}, requests "
+                f"published on first sight {c['requests_first_sight']}"
                 for node, c in by_node.items()
             )
             lines.append(f"{key} KV: {shown}")
@@ -707,14 +720,23 @@ def _csv(kind: type, value: str) -> list[Any]:
     default=None,
     help="Rows b and c: an engine publishes a chunk once it has seen it this many times "
     "[default: the apps' kv_publish_threshold]. 1 publishes every prompt on first sight; 1000 "
-    "publishes nearly nothing, which measures our stack without the cost of publishing.",
+    "publishes nearly nothing, which measures our stack without the cost of publishing "
+    "(with --fixed-threshold).",
+)
+@click.option(
+    "--publish-when-evicting/--fixed-threshold",
+    "when_evicting",
+    default=None,
+    help="Rows b and c: publish on first sight while an engine's prefix cache evicts chunks "
+    "before they come back, or keep --publish-threshold always [default: the apps' "
+    "kv_publish_when_evicting, on].",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object keyed by row.")
 def serve(
     rows: str, replicas: str, datasets: str, num_prompts: int, rate: float, prefix_len: int,
     suffix_len: int, num_prefixes: int, output_len: int, datagram: int, kv_cache_mb: int,
     repeat: int, out: Path, engine_cores: str, max_num_batched_tokens: int,
-    publish_threshold: int | None, as_json: bool,
+    publish_threshold: int | None, when_evicting: bool | None, as_json: bool,
 ) -> None:  # fmt: skip
     """Stock Ray Serve LLM vs ours vs ours without reuse, with vLLM's benchmark client, on a
     private 2-node Ray cluster (CPU: tens of minutes)."""
@@ -737,7 +759,7 @@ def serve(
         rate=rate, prefix_len=prefix_len, suffix_len=suffix_len, num_prefixes=num_prefixes,
         output_len=output_len, datagram=datagram, repeat=repeat, kv_cache_mb=kv_cache_mb,
         split_cores=engine_cores == "split", max_num_batched_tokens=max_num_batched_tokens,
-        publish_threshold=publish_threshold,
+        publish_threshold=publish_threshold, when_evicting=when_evicting,
     )  # fmt: skip
     if res["rows"]:
         plot(res, out)

@@ -27,6 +27,9 @@ Keys (all optional)::
     publish_threshold  publish a chunk once this engine has seen it this many times (2: on its
                      second sight, from this engine's own cache if it still holds it; 1: every
                      chunk as soon as it is computed). A kv_producer publishes every chunk.
+    publish_when_evicting  publish on first sight while vLLM's prefix cache evicts chunks before
+                     they come back (default true; connector/sightings.py says when); false:
+                     publish_threshold always
     codec_param      encoder option passed to the codec where it has one (reserved; must be null)
 """
 
@@ -82,6 +85,8 @@ class ConnectorConfig:
     """Publish computed groups."""
     publish_threshold: int = 2
     """Sightings of a chunk before this engine publishes it (see the module docstring)."""
+    publish_when_evicting: bool = True
+    """Publish on first sight while this engine's prefix cache evicts repeats."""
     codec_param: Any = None
     """Reserved."""
 
@@ -109,10 +114,11 @@ class ConnectorConfig:
         _positive_int("relay_budget_mb", self.relay_budget_mb, 16, 1 << 24)
         _positive_int("relay_datagram_size", self.relay_datagram_size, 1200, 65527)
         _positive_int("publish_threshold", self.publish_threshold, 1, 1000)
-        if not isinstance(self.directory_view, bool):
-            raise ConnectorConfigError(
-                f"directory_view must be true or false, got {self.directory_view!r}"
-            )
+        for flag in ("directory_view", "publish_when_evicting"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ConnectorConfigError(
+                    f"{flag} must be true or false, got {getattr(self, flag)!r}"
+                )
         for name in ("lookup_timeout_s", "load_timeout_s"):
             v = getattr(self, name)
             if not isinstance(v, int | float) or isinstance(v, bool) or not 0 < v <= 3600:

@@ -20,7 +20,8 @@ Per request (:class:`_Req`):
 3. *Saves.* Each step, every full chunk of the prompt that this step completes (or that vLLM's
    prefix cache already held), that the cluster does not already hold, and that this engine has
    now seen ``publish_threshold`` times (:mod:`.sightings`: by default a chunk is published on
-   its second sight, so a prompt seen once costs no publishing) becomes a
+   its second sight, so a prompt seen once costs no publishing; on its first while vLLM's
+   prefix cache is evicting chunks before they come back, ``publish_when_evicting``) becomes a
    :class:`~.metadata.SaveSpec`, published by the worker as soon as the step ends (live tracks:
    subscribers get groups while prefill goes on). A producer publishes every chunk, the
    prompt's partial last chunk included, and ends the track.
@@ -107,6 +108,9 @@ class _Req:
     published: set[int] = field(default_factory=set)
     publish_upto: int = 0
     """Leading whole chunks this engine may publish (the admission rule: seen often enough)."""
+    cached_upto: int = 0
+    """Leading whole chunks vLLM's prefix cache holds for this request (computed, loaded or hit
+    by the steps so far): the sightings mark them, to tell an evicted repeat later."""
 
 
 class SchedulerSide:
@@ -134,7 +138,9 @@ class SchedulerSide:
         self.bytes_per_token = dict(bytes_per_token or {})
         """Encoded KV bytes per token of each track compression (for the pull-vs-recompute rule)."""
         self.counters = ConnectorCounters()
-        self._sightings = Sightings(conf.publish_threshold)
+        self._sightings = Sightings(
+            conf.publish_threshold, when_evicting=conf.publish_when_evicting
+        )
         self._reqs: dict[str, _Req] = {}
         self._clock = _StepClock()
         self._last_probe = -_PULL_PROBE_S
@@ -142,7 +148,7 @@ class SchedulerSide:
 
     # ---- lookup ----------------------------------------------------------------------------
 
-    def _state(self, request: Request) -> _Req:
+    def _state(self, request: Request, local_tokens: int) -> _Req:
         st = self._reqs.get(request.request_id)
         if st is not None:
             return st
@@ -172,16 +178,27 @@ class SchedulerSide:
             probe=ours.get("probe") is True,
         )
         if st.publish_allowed:
-            admitted = self._sightings.sight(st.hashes)
-            st.publish_upto = len(st.hashes) if st.producer else admitted
+            st.publish_upto = len(st.hashes) if st.producer else self._sight(st, local_tokens)
         self._reqs[st.req_id] = st
         return st
+
+    def _sight(self, st: _Req, local_tokens: int) -> int:
+        """Count a new request's sighting of its chunks (``local_tokens``: what vLLM's prefix
+        cache holds of its prompt); the leading chunks this engine may publish."""
+        now = time.monotonic()
+        c = self.conf.chunk_size
+        hittable = min(len(st.hashes), (len(st.tokens) - 1) // c)  # vLLM computes the last token
+        evicted = self._sightings.note_evicted(st.hashes[local_tokens // c : hittable], now)
+        admitted = self._sightings.sight(st.hashes, now=now)
+        early = self._sightings.threshold_at(now) < self._sightings.threshold
+        self.counters.add(chunks_evicted_seen=evicted, requests_first_sight=int(early))
+        return admitted
 
     def get_num_new_matched_tokens(
         self, request: Request, num_computed_tokens: int
     ) -> tuple[int | None, bool]:
         """Tokens loadable beyond ``num_computed_tokens`` (None: ask again next step)."""
-        st = self._state(request)
+        st = self._state(request, num_computed_tokens)
         if st.load_issued:
             return 0, False
         if st.plan is not None:
@@ -437,6 +454,9 @@ class SchedulerSide:
         c = self.conf.chunk_size
         done = min(computed + out.num_scheduled_tokens.get(st.req_id, 0), len(st.tokens))
         n_full = len(st.hashes)
+        if st.cached_upto < min(n_full, done // c):
+            self._sightings.mark_cached(st.hashes[st.cached_upto : done // c])
+            st.cached_upto = min(n_full, done // c)
         publish_tail = st.producer if self.conf.publish_tail is None else self.conf.publish_tail
         tail = publish_tail and len(st.tokens) % c != 0
         last = n_full if tail else n_full - 1

@@ -45,6 +45,12 @@ class ConnectorCounters:
     groups_not_admitted: int = 0
     """Whole prompt chunks computed but not published: this engine had seen them fewer than
     ``publish_threshold`` times (the admission rule, ``connector/sightings.py``)."""
+    chunks_evicted_seen: int = 0
+    """Whole prompt chunks vLLM's prefix cache had held and no longer held when a prompt came
+    back with them (evicted repeats: what makes the engine publish on first sight)."""
+    requests_first_sight: int = 0
+    """Requests whose chunks were admitted on first sight, as evicted repeats were frequent
+    (``publish_when_evicting``)."""
     load_errors: int = 0
     """Loads that failed (missing, late, evicted or corrupt group): vLLM recomputed."""
     digest_errors: int = 0

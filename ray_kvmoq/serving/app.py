@@ -110,6 +110,12 @@ class AppArgs(BaseModel):
     where the shared prefixes outgrow the engines' KV memory, as a prefix evicted before its
     second sight is otherwise in no relay). PD prefill replicas publish every chunk, as decode
     loads it."""
+    kv_publish_when_evicting: bool = True
+    """An engine publishes on first sight while its prefix cache evicts chunks before they come
+    back (at least one evicted repeat per five first-sight chunks over the last minutes), and
+    at ``kv_publish_threshold`` otherwise: so first-sight publishing is on where prefixes
+    outgrow the engines' KV memory and off where prompts are one-off. False: the threshold
+    always."""
     kv_timeout_s: float = Field(default=10.0, gt=0)
     """A KV load slower than this is recomputed."""
     pd_prefill_timeout_s: float = Field(default=DEFAULT_PREFILL_TIMEOUT_S, gt=0)

@@ -144,6 +144,7 @@ def _llm_config(args: AppArgs, r: ReplicaArgs, role: str, deployment: str) -> An
         "ray_namespace": RAY_NAMESPACE,
         "load_timeout_s": args.kv_timeout_s,
         "publish_threshold": args.kv_publish_threshold,
+        "publish_when_evicting": args.kv_publish_when_evicting,
         "relay_budget_mb": args.relay_budget_mb,
         "relay_datagram_size": args.relay_datagram_size,
     }

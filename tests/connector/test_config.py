@@ -32,6 +32,7 @@ def test_defaults_resolve_auto_to_the_lossless_track_of_the_kv_dtype() -> None:
         ({"relay_datagram_size": 100}, r"relay_datagram_size must be an integer in \[1200"),
         ({"tenant_salt": ""}, "tenant_salt must be a non-empty string"),
         ({"directory_view": "yes"}, "directory_view must be true or false"),
+        ({"publish_when_evicting": 1}, "publish_when_evicting must be true or false"),
     ],
 )
 def test_bad_settings_fail_with_a_message_naming_the_key(extra: dict, match: str) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from ray_kvmoq.connector.config import ConnectorConfig, ConnectorConfigError
 from ray_kvmoq.connector.scheduler import SchedulerSide
-from ray_kvmoq.connector.sightings import HELD_TRUSTED_S, Sightings
+from ray_kvmoq.connector.sightings import FIRST_SIGHT_PAYS, HELD_TRUSTED_S, Sightings
 
 C = 128
 
@@ -42,8 +42,12 @@ class _Bridge:
         pass
 
 
-def _side(threshold: int | None = None, *, producer: bool = False) -> tuple[SchedulerSide, _Bridge]:
-    conf = ConnectorConfig() if threshold is None else ConnectorConfig(publish_threshold=threshold)
+def _side(
+    threshold: int | None = None, *, producer: bool = False, when_evicting: bool = True
+) -> tuple[SchedulerSide, _Bridge]:
+    conf = ConnectorConfig(publish_when_evicting=when_evicting)
+    if threshold is not None:
+        conf = ConnectorConfig(publish_threshold=threshold, publish_when_evicting=when_evicting)
     bridge = _Bridge()
     side = SchedulerSide(
         conf, bridge=bridge, model="m", block_size=16, kv_dtype="bfloat16",  # type: ignore[arg-type]
@@ -111,7 +115,7 @@ def test_a_second_sight_the_engine_no_longer_caches_computes_and_publishes_it() 
 
 
 def test_a_longer_prompt_publishes_only_the_leading_chunks_seen_before() -> None:
-    side, _ = _side()
+    side, _ = _side(when_evicting=False)
     _step(side, _request("r1", PROMPT[: 3 * C + 5]), cached=0)  # 3 chunks seen once
     saves = _step(side, _request("r2", PROMPT), cached=0)
     assert [s.group_id for s in saves] == [0, 1, 2]  # chunks 3..7 are on their first sight
@@ -195,7 +199,7 @@ def test_a_chunk_a_relay_evicted_is_published_again_from_the_cache_on_its_next_s
     assert _step(side, _request("r4", PROMPT), cached=8 * C) == []
     # the relay evicted groups 5..7 under its budget: the next sight publishes exactly those,
     # from vLLM's cache (no directory round trip), and the engine trusts its mark again
-    hashes = side._state(_request("probe", PROMPT)).hashes
+    hashes = side._state(_request("probe", PROMPT), 8 * C).hashes
     side.forget(["probe"])
     view.held -= set(hashes[5:])
     saves = _step(side, _request("r5", PROMPT), cached=8 * C)
@@ -210,3 +214,81 @@ def test_a_chunk_a_relay_evicted_is_published_again_from_the_cache_on_its_next_s
 def test_a_bad_publish_threshold_fails_the_config_naming_the_key(bad: Any) -> None:
     with pytest.raises(ConnectorConfigError, match="publish_threshold"):
         ConnectorConfig.from_extra({"publish_threshold": bad})
+
+
+def _other(n: int) -> list[int]:
+    """A prompt of 8 whole chunks and a tail that shares no chunk with ``PROMPT`` or another n."""
+    return [50_000 + 1_000 * n + t for t in range(8 * C + 64)]
+
+
+def test_evicted_repeats_make_the_engine_publish_new_prompts_on_first_sight() -> None:
+    side, _ = _side()
+    _step(side, _request("r1", PROMPT), cached=0)
+    assert _step(side, _request("o1", _other(1)), cached=0) == []  # no eviction seen yet
+    # PROMPT comes back and vLLM's cache no longer holds it: 8 evicted repeats against 16
+    # first-sight chunks is past FIRST_SIGHT_PAYS, so a new prompt publishes on first sight
+    assert [s.group_id for s in _step(side, _request("r2", PROMPT), cached=0)] == list(range(8))
+    assert FIRST_SIGHT_PAYS * 16 <= 8
+    assert [s.group_id for s in _step(side, _request("o2", _other(2)), cached=0)] == list(range(8))
+    totals = side.counters.totals()
+    assert totals["chunks_evicted_seen"] == 8
+    assert totals["requests_first_sight"] == 2  # r2 (its own chunks were repeats) and o2
+
+
+def test_one_off_prompts_and_cached_repeats_never_switch_to_first_sight() -> None:
+    side, _ = _side()
+    for n in range(20):  # vLLM's random dataset: no prompt comes back
+        assert _step(side, _request(f"o{n}", _other(n)), cached=0) == []
+    # a repeat vLLM's cache still holds is no evicted repeat (published on its second sight)
+    assert len(_step(side, _request("o0-again", _other(0)), cached=8 * C)) == 8
+    assert _step(side, _request("new", _other(99)), cached=0) == []
+    totals = side.counters.totals()
+    assert totals.get("chunks_evicted_seen", 0) == 0
+    assert totals.get("requests_first_sight", 0) == 0
+
+
+def test_a_repeat_that_arrives_before_its_first_sight_was_scheduled_is_no_evicted_repeat() -> None:
+    side, _ = _side()
+    # two requests for the same new prompt in one scheduler pass: vLLM's cache holds neither
+    # yet, as no step has computed the first
+    for r in ("r1", "r2"):
+        assert side.get_num_new_matched_tokens(_request(r, PROMPT), 0) == (0, False)
+    assert side.counters.totals().get("chunks_evicted_seen", 0) == 0
+    assert _step(side, _request("o1", _other(1)), cached=0) == []
+
+
+def test_the_last_whole_chunk_vllm_must_compute_is_no_evicted_repeat() -> None:
+    side, _ = _side()
+    exact = PROMPT[: 8 * C]  # vLLM computes the last token, so it hits 7 chunks at most
+    _step(side, _request("r1", exact), cached=0)
+    _step(side, _request("r2", exact), cached=7 * C)
+    assert side.counters.totals().get("chunks_evicted_seen", 0) == 0
+
+
+def test_fixed_threshold_keeps_second_sight_publishing_whatever_the_engine_evicts() -> None:
+    side, _ = _side(when_evicting=False)
+    _step(side, _request("r1", PROMPT), cached=0)
+    _step(side, _request("r2", PROMPT), cached=0)
+    assert _step(side, _request("o1", _other(1)), cached=0) == []
+    assert side.counters.totals()["chunks_evicted_seen"] == 8
+    assert side.counters.totals().get("requests_first_sight", 0) == 0
+
+
+def test_first_sight_publishing_ends_when_evicted_repeats_fall_below_a_fifth_of_first_sights() -> (
+    None
+):
+    s = Sightings(threshold=2, when_evicting=True)
+    t = 100.0  # one instant: no decay between the counts
+    s.sight([b"a"], now=t)
+    s.mark_cached([b"a", b"unknown"])  # an unknown hash is ignored
+    assert s.threshold_at(t) == 2
+    assert s.note_evicted([b"a"], now=t) == 1
+    assert s.note_evicted([b"a"], now=t) == 0  # counted once until cached again
+    assert s.threshold_at(t) == 1  # 1 evicted repeat, 1 first sight
+    assert s.sight([b"b"], now=t) == 1  # a first sight admitted at once
+    s.sight([bytes([i]) * 2 for i in range(3)], now=t)  # 5 first sights: 1 >= 0.2 * 5
+    assert s.threshold_at(t) == 1
+    assert s.sight([b"z"], now=t) == 1  # the 6th; 1 < 0.2 * 6 from here on
+    assert s.threshold_at(t) == 2
+    assert s.threshold_at(t + 1e4) == 2  # time alone decays both counts alike
+    assert Sightings(threshold=2).threshold_at(t) == 2  # without when_evicting: fixed

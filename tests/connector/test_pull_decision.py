@@ -110,7 +110,7 @@ def test_a_prompt_whose_whole_chunks_vllm_already_caches_answers_at_once_without
     side, bridge = _lookup_side(producer=False)
     req: Any = _Request("r", 8 * 128 + 64)  # 8 whole chunks + a 64-token tail
     # this engine published them before
-    side._sightings.mark_held(side._state(req).hashes, time.monotonic())
+    side._sightings.mark_held(side._state(req, 8 * 128).hashes, time.monotonic())
     assert side.get_num_new_matched_tokens(req, num_computed_tokens=8 * 128) == (0, False)
     assert bridge.lookups == []
     assert side._reqs["r"].next_save == 8  # the cached chunks are not published again

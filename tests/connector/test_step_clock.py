@@ -84,8 +84,8 @@ def test_the_scheduler_does_not_time_steps_that_run_a_start_up_probe() -> None:
         return SimpleNamespace(request_id=rid, kv_transfer_params=params, cache_salt=None,
                                prompt_token_ids=list(range(512)))  # fmt: skip
 
-    side._state(req("probe", True))
-    side._state(req("real", False))
+    side._state(req("probe", True), 0)
+    side._state(req("real", False), 0)
     side._time_step(SimpleNamespace(num_scheduled_tokens={"probe": 128, "other": 1}))
     side._time_step(SimpleNamespace(num_scheduled_tokens={"real": 128, "other": 1}))
     assert seen == [(0, 0), (129, 128)]

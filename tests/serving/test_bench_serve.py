@@ -123,6 +123,8 @@ def test_kv_by_node_sums_each_nodes_connector_counters_and_the_table_shows_them(
             "lookups_skipped": 5,
             "tokens_matched_local": 256,
             "lookups_answered_at_once": 3,
+            "chunks_evicted_seen": 16,
+            "requests_first_sight": 4,
         },
         "e1:worker": {"node_id": "n1", "groups_saved": 8, "load_errors": 1},
         "e2:scheduler": {
@@ -137,7 +139,8 @@ def test_kv_by_node_sums_each_nodes_connector_counters_and_the_table_shows_them(
     assert list(got) == ["127.0.0.1", "127.0.0.2"]
     assert got["127.0.0.1"] == {**dict.fromkeys(KV_COUNTERS, 0), "lookups_skipped": 5,
                                 "tokens_matched_local": 256, "groups_saved": 8, "load_errors": 1,
-                                "lookups_answered_at_once": 3}  # fmt: skip
+                                "lookups_answered_at_once": 3, "chunks_evicted_seen": 16,
+                                "requests_first_sight": 4}  # fmt: skip
     assert got["127.0.0.2"] == {**dict.fromkeys(KV_COUNTERS, 0), "lookups_skipped": 1,
                                 "tokens_matched_remote": 1024, "pulls_declined": 2,
                                 "pulls_probed": 1}  # fmt: skip
@@ -146,8 +149,8 @@ def test_kv_by_node_sums_each_nodes_connector_counters_and_the_table_shows_them(
     text = table({"rows": {"prefix:b-2": row}})
     assert (
         "prefix:b-2 KV: 127.0.0.1 engine-cache hits 5, lookups answered at once 3, tokens from "
-        "own relay 256, pulled 0, pulls declined 0, pulls probed 0, load errors 1; 127.0.0.2 "
-        "engine-cache hits 1" in text
+        "own relay 256, pulled 0, pulls declined 0, pulls probed 0, load errors 1, evicted "
+        "repeats 16, requests published on first sight 4; 127.0.0.2 engine-cache hits 1" in text
     )
 
 
@@ -248,7 +251,9 @@ def test_our_cpu_apps_get_the_cpu_step_budget_unless_engine_kwargs_set_one() -> 
     assert "max_num_batched_tokens" not in gpu  # GPUs keep vLLM's own budget
 
 
-def test_the_publish_threshold_reaches_our_rows_connectors_and_defaults_to_the_apps() -> None:
+def test_the_publish_threshold_and_first_sight_rule_reach_our_rows_connectors_and_default_to_the_apps() -> (
+    None
+):
     from ray_kvmoq.bench.serve import our_args, step_budget
     from ray_kvmoq.serving.app import AppArgs, ReplicaArgs
     from ray_kvmoq.serving.graph import _llm_config
@@ -261,6 +266,9 @@ def test_the_publish_threshold_reaches_our_rows_connectors_and_defaults_to_the_a
     default = AppArgs(mode="combined", server=ReplicaArgs(num_replicas=1)).kv_publish_threshold
     assert connector_extra()["publish_threshold"] == default
     assert connector_extra(publish_threshold=1000)["publish_threshold"] == 1000
+    on = AppArgs(mode="combined", server=ReplicaArgs(num_replicas=1)).kv_publish_when_evicting
+    assert on is True and connector_extra()["publish_when_evicting"] is True
+    assert connector_extra(when_evicting=False)["publish_when_evicting"] is False
 
 
 def test_a_rows_counters_are_read_once_they_count_every_prompt_token_sent(monkeypatch: Any) -> None:
