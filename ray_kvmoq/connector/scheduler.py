@@ -189,8 +189,8 @@ class SchedulerSide:
         c = self.conf.chunk_size
         hittable = min(len(st.hashes), (len(st.tokens) - 1) // c)  # vLLM computes the last token
         evicted = self._sightings.note_evicted(st.hashes[local_tokens // c : hittable], now)
+        early = self._sightings.threshold_at(now) < self._sightings.threshold  # what sight uses
         admitted = self._sightings.sight(st.hashes, now=now)
-        early = self._sightings.threshold_at(now) < self._sightings.threshold
         self.counters.add(chunks_evicted_seen=evicted, requests_first_sight=int(early))
         return admitted
 
