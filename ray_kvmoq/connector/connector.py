@@ -106,9 +106,6 @@ class MoqtKVConnector(KVConnectorBase_V1):
                 producer=ktc.kv_role == "kv_producer",
                 consumer_only=ktc.kv_role == "kv_consumer",
                 bytes_per_token=_bytes_per_token(vllm_config),
-                cache_tokens=(
-                    kv_cache_config.num_blocks * self.block_size if kv_cache_config else None
-                ),
             )
             log.info("MoQT KV connector (scheduler): model %s, role %s", model, ktc.kv_role)
         else:

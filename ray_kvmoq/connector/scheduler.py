@@ -127,7 +127,6 @@ class SchedulerSide:
         producer: bool,
         consumer_only: bool,
         bytes_per_token: dict[bytes, float] | None = None,
-        cache_tokens: int | None = None,
     ) -> None:
         self.conf = conf
         self.bridge = bridge
@@ -140,9 +139,7 @@ class SchedulerSide:
         """Encoded KV bytes per token of each track compression (for the pull-vs-recompute rule)."""
         self.counters = ConnectorCounters()
         self._sightings = Sightings(
-            conf.publish_threshold,
-            when_evicting=conf.publish_when_evicting,
-            cache_chunks=cache_tokens // conf.chunk_size if cache_tokens else None,
+            conf.publish_threshold, when_evicting=conf.publish_when_evicting
         )
         self._reqs: dict[str, _Req] = {}
         self._clock = _StepClock()
@@ -458,7 +455,7 @@ class SchedulerSide:
         done = min(computed + out.num_scheduled_tokens.get(st.req_id, 0), len(st.tokens))
         n_full = len(st.hashes)
         if st.cached_upto < min(n_full, done // c):
-            self._sightings.mark_cached(st.hashes[st.cached_upto : done // c], time.monotonic())
+            self._sightings.mark_cached(st.hashes[st.cached_upto : done // c])
             st.cached_upto = min(n_full, done // c)
         publish_tail = st.producer if self.conf.publish_tail is None else self.conf.publish_tail
         tail = publish_tail and len(st.tokens) % c != 0

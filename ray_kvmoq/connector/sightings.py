@@ -24,11 +24,7 @@ a chunk vLLM evicts before its second sight is in no relay, so that sight recomp
 engine sees this happen: a prompt comes back, and vLLM's prefix cache no longer holds chunks
 it held before (an *evicted repeat*). So while evicted repeats number at least
 ``FIRST_SIGHT_PAYS`` of the chunks seen for the first time (both counted over the last
-minutes, ``EVICTION_MEMORY_S``), the engine publishes on first sight (threshold 1). A chunk
-seen for the first time counts only once it could have been evicted: once the engine has
-cached as many new chunks since as its KV cache holds (``cache_chunks``). Counting it at once
-would weigh every recent first sight against evictions that cannot have happened yet, and
-where the first sights come early (a burst of new prefixes) hold the rule back for minutes. Where no
+minutes, ``EVICTION_MEMORY_S``), the engine publishes on first sight (threshold 1). Where no
 prompt comes back (vLLM's ``random`` dataset) there are no evicted repeats and nothing changes;
 where the engine holds every prefix (no eviction) neither.
 """
@@ -36,7 +32,7 @@ where the engine holds every prefix (no eviction) neither.
 from __future__ import annotations
 
 import math
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -77,12 +73,7 @@ class Sightings:
     """Per chunk hash: times seen (capped at the threshold) and whether the cluster holds it."""
 
     def __init__(
-        self,
-        threshold: int,
-        capacity: int = SIGHTINGS_KEPT,
-        *,
-        when_evicting: bool = False,
-        cache_chunks: int | None = None,
+        self, threshold: int, capacity: int = SIGHTINGS_KEPT, *, when_evicting: bool = False
     ) -> None:
         if threshold < 1 or capacity < 1:
             raise ValueError("threshold and capacity must be at least 1")
@@ -92,15 +83,8 @@ class Sightings:
         self.when_evicting = when_evicting
         """Publish on first sight while evicted repeats are frequent (the module docstring)."""
         self._seen: OrderedDict[bytes, _Seen] = OrderedDict()
-        self.cache_chunks = cache_chunks
-        """Whole chunks vLLM's KV cache holds (None: unknown; first sights count at once)."""
-        self._inserted = 0
-        """Chunks newly cached by this engine so far (each one pushes an older one out, once
-        the cache is full)."""
-        self._young: deque[tuple[int, float, int]] = deque()
-        """First sights that cannot have been evicted yet: (``_inserted`` then, time, chunks)."""
         self._first = 0.0
-        """First-sight chunks old enough to have been evicted, decayed (``EVICTION_MEMORY_S``)."""
+        """First-sight chunks, decayed (``EVICTION_MEMORY_S``)."""
         self._evicted = 0.0
         """Evicted repeats, decayed."""
         self._decayed_at = 0.0
@@ -125,25 +109,13 @@ class Sightings:
             return 1
         return self.threshold
 
-    def mark_cached(self, hashes: Sequence[bytes], now: float = 0.0) -> None:
+    def mark_cached(self, hashes: Sequence[bytes]) -> None:
         """This engine's prefix cache now holds these chunks (a step computed, loaded or hit
         them)."""
         for h in hashes:
             entry = self._seen.get(h)
-            if entry is not None and not entry.cached:
+            if entry is not None:
                 entry.cached = True
-                self._inserted += 1
-        self._age_first_sights(now)
-
-    def _age_first_sights(self, now: float) -> None:
-        """Count the first sights that the cache has turned over since."""
-        full = self.cache_chunks
-        while self._young and (
-            full is None or self._young[0][0] + full <= self._inserted or len(self._young) > 4096
-        ):
-            _, at, n = self._young.popleft()
-            self._decay(now)
-            self._first += n * math.exp(-max(0.0, now - at) / EVICTION_MEMORY_S)
 
     def note_evicted(self, hashes: Sequence[bytes], now: float) -> int:
         """Of ``hashes`` (chunks of a new prompt that vLLM's prefix cache does not hold, though
@@ -182,8 +154,8 @@ class Sightings:
         while len(self._seen) > self.capacity:
             self._seen.popitem(last=False)
         if first:
-            self._young.append((self._inserted, now, first))
-            self._age_first_sights(now)
+            self._decay(now)
+            self._first += first
         return admitted
 
     def mark_held(self, hashes: Sequence[bytes], now: float) -> None:

@@ -292,26 +292,3 @@ def test_first_sight_publishing_ends_when_evicted_repeats_fall_below_a_fifth_of_
     assert s.threshold_at(t) == 2
     assert s.threshold_at(t + 1e4) == 2  # time alone decays both counts alike
     assert Sightings(threshold=2).threshold_at(t) == 2  # without when_evicting: fixed
-
-
-def _prefixes_then_an_evicted_repeat(cache_chunks: int | None) -> Sightings:
-    """7 new 8-chunk prefixes, each computed (cached), then the first comes back evicted."""
-    s = Sightings(threshold=2, when_evicting=True, cache_chunks=cache_chunks)
-    t = 100.0
-    prefixes = [[bytes([p, k]) for k in range(8)] for p in range(7)]
-    for chunks in prefixes:
-        s.sight(chunks, now=t)
-        s.mark_cached(chunks, now=t)
-    assert s.note_evicted(prefixes[0], now=t) == 8
-    return s
-
-
-def test_first_sights_count_against_evicted_repeats_once_the_cache_has_turned_over_since() -> None:
-    # a cache of 40 chunks: of the 56 first sights, those made before the last 40 insertions
-    # (prefixes 0-2, 24 chunks) could have been evicted; 8 evicted repeats >= 0.2 * 24
-    assert _prefixes_then_an_evicted_repeat(cache_chunks=40).threshold_at(100.0) == 1
-    # counting all 56 at once holds the rule back (8 < 0.2 * 56)
-    assert _prefixes_then_an_evicted_repeat(cache_chunks=None).threshold_at(100.0) == 2
-    # a cache of 8 chunks turned over after every prefix: all 56 could have been evicted, and
-    # one evicted repeat in 7 prefixes is too few (8 < 0.2 * 56)
-    assert _prefixes_then_an_evicted_repeat(cache_chunks=8).threshold_at(100.0) == 2
