@@ -186,13 +186,17 @@ class SchedulerSide:
         """Count a new request's sighting of its chunks (``local_tokens``: what vLLM's prefix
         cache holds of its prompt); the leading chunks this engine may publish."""
         now = time.monotonic()
-        c = self.conf.chunk_size
-        hittable = min(len(st.hashes), (len(st.tokens) - 1) // c)  # vLLM computes the last token
-        evicted = self._sightings.note_evicted(st.hashes[local_tokens // c : hittable], now)
+        first_missing = local_tokens // self.conf.chunk_size
+        evicted = self._sightings.note_evicted(st.hashes[first_missing : self._usable(st)], now)
         early = self._sightings.threshold_at(now) < self._sightings.threshold  # what sight uses
         admitted = self._sightings.sight(st.hashes, now=now)
         self.counters.add(chunks_evicted_seen=evicted, requests_first_sight=int(early))
         return admitted
+
+    def _usable(self, st: _Req) -> int:
+        """Leading whole chunks of ``st``'s prompt that a cache hit or a load can cover: vLLM
+        computes at least the prompt's last token itself."""
+        return min(len(st.hashes), (len(st.tokens) - 1) // self.conf.chunk_size)
 
     def get_num_new_matched_tokens(
         self, request: Request, num_computed_tokens: int
@@ -208,7 +212,7 @@ class SchedulerSide:
         c = self.conf.chunk_size
         if st.remote is not None:
             return self._plan_remote(st, num_computed_tokens)
-        usable = min(len(st.hashes), (len(st.tokens) - 1) // c)
+        usable = self._usable(st)
         if usable == 0 and not st.follow:
             return self._no_plan(st, known=0)
         if usable * c <= num_computed_tokens and not (st.follow or st.producer):
@@ -454,9 +458,10 @@ class SchedulerSide:
         c = self.conf.chunk_size
         done = min(computed + out.num_scheduled_tokens.get(st.req_id, 0), len(st.tokens))
         n_full = len(st.hashes)
-        if st.cached_upto < min(n_full, done // c):
-            self._sightings.mark_cached(st.hashes[st.cached_upto : done // c])
-            st.cached_upto = min(n_full, done // c)
+        cached = min(n_full, done // c)
+        if st.cached_upto < cached:
+            self._sightings.mark_cached(st.hashes[st.cached_upto : cached])
+            st.cached_upto = cached
         publish_tail = st.producer if self.conf.publish_tail is None else self.conf.publish_tail
         tail = publish_tail and len(st.tokens) % c != 0
         last = n_full if tail else n_full - 1

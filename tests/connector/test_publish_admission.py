@@ -45,9 +45,8 @@ class _Bridge:
 def _side(
     threshold: int | None = None, *, producer: bool = False, when_evicting: bool = True
 ) -> tuple[SchedulerSide, _Bridge]:
-    conf = ConnectorConfig(publish_when_evicting=when_evicting)
-    if threshold is not None:
-        conf = ConnectorConfig(publish_threshold=threshold, publish_when_evicting=when_evicting)
+    threshold = ConnectorConfig.publish_threshold if threshold is None else threshold
+    conf = ConnectorConfig(publish_threshold=threshold, publish_when_evicting=when_evicting)
     bridge = _Bridge()
     side = SchedulerSide(
         conf, bridge=bridge, model="m", block_size=16, kv_dtype="bfloat16",  # type: ignore[arg-type]
