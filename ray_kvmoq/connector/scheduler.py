@@ -190,7 +190,10 @@ class SchedulerSide:
         evicted = self._sightings.note_evicted(st.hashes[first_missing : self._usable(st)], now)
         early = self._sightings.threshold_at(now) < self._sightings.threshold  # what sight uses
         admitted = self._sightings.sight(st.hashes, now=now)
-        self.counters.add(chunks_evicted_seen=evicted, requests_first_sight=int(early))
+        # a prompt shorter than a chunk has nothing to admit, on first sight or any other
+        self.counters.add(
+            chunks_evicted_seen=evicted, requests_first_sight=int(early and admitted > 0)
+        )
         return admitted
 
     def _usable(self, st: _Req) -> int:

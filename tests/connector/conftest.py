@@ -40,17 +40,47 @@ class Engines:
     """KV namespace model field of both engines."""
 
 
-def _start_engine(node_id: str, **engine_kwargs: Any) -> Any:
-    """An EngineHost actor on ``node_id``: the built-in model, ``kv_both`` with the connector,
-    the package's cluster secret; ``engine_kwargs`` go to vLLM."""
+NO_REUSE = {"kvmoq": {"load": False, "publish": False}}
+"""The reference: this request recomputes everything and publishes nothing."""
+
+
+def _gen(host: Any, prompts: list[list[int]], **kw: Any) -> list[Any]:
+    import ray
+
+    return list(ray.get(host.generate.remote(prompts, **kw), timeout=300))
+
+
+def _flush(host: Any) -> None:
+    """Wait until the groups ``host`` published so far are in the directory (publishing is
+    asynchronous; without this a lookup right after the request could miss them)."""
+    import ray
+
+    ray.get(host.flush.remote(), timeout=120)
+
+
+def _metrics(host: Any) -> dict[str, float]:
+    import ray
+
+    return dict(ray.get(host.metrics.remote(), timeout=60))
+
+
+def _delta(after: dict[str, float], before: dict[str, float], key: str) -> float:
+    return after.get(key, 0.0) - before.get(key, 0.0)
+
+
+def _start_engine(node_id: str, kv: dict[str, Any] | None = None, **engine_kwargs: Any) -> Any:
+    """An EngineHost actor on ``node_id``: the built-in model, ``kv_both`` with the connector
+    (``kv``: another ``kv_transfer_config``), the package's cluster secret; ``engine_kwargs`` go
+    to vLLM."""
     from ray_kvmoq.connector import kv_transfer_config
     from ray_kvmoq.connector.host import start_engine
     from ray_kvmoq.engine.loader import cached_builtin_dir
 
     # publish_threshold=1: these tests drive the load and publish paths, so every chunk is
     # published as computed; the admission rule (default 2) is tested in
-    # test_publish_admission.py and through the app in tests/serving
-    kv = kv_transfer_config("kv_both", load_timeout_s=20.0, publish_threshold=1)
+    # test_publish_admission.py, test_first_sight_engine.py and through the app in tests/serving
+    if kv is None:
+        kv = kv_transfer_config("kv_both", load_timeout_s=20.0, publish_threshold=1)
     env = {"KVMOQ_CLUSTER_SECRET": CLUSTER_SECRET.hex()}
     return start_engine(node_id, str(cached_builtin_dir()), kv, env=env, **engine_kwargs)
 

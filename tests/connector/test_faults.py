@@ -15,18 +15,22 @@ from typing import Any
 
 import pytest
 
-from tests.connector.conftest import RAY_NAMESPACE, Engines, fresh_salt
-from tests.connector.test_vllm_connector import NO_REUSE, _flush, _gen, _metrics
+from tests.connector.conftest import (
+    NO_REUSE,
+    RAY_NAMESPACE,
+    Engines,
+    _delta,
+    _flush,
+    _gen,
+    _metrics,
+    fresh_salt,
+)
 
 # 900 s: the first test also pays for starting the shared vLLM engines (minutes on 2 busy cores)
 pytestmark = [pytest.mark.ray, pytest.mark.model, pytest.mark.slow, pytest.mark.timeout(900)]
 
 C = 128
 TRACK = b"BF16"
-
-
-def _delta(after: dict[str, float], before: dict[str, float], key: str) -> float:
-    return after.get(key, 0.0) - before.get(key, 0.0)
 
 
 def _real_groups(e: Engines, prompt: list[int], n: int) -> list[list[Any]]:

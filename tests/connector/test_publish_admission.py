@@ -229,6 +229,7 @@ def test_evicted_repeats_make_the_engine_publish_new_prompts_on_first_sight() ->
     assert [s.group_id for s in _step(side, _request("r2", PROMPT), cached=0)] == list(range(8))
     assert FIRST_SIGHT_PAYS * 16 <= 8
     assert [s.group_id for s in _step(side, _request("o2", _other(2)), cached=0)] == list(range(8))
+    assert _step(side, _request("short", _other(3)[: C - 1]), cached=0) == []  # no whole chunk
     totals = side.counters.totals()
     assert totals["chunks_evicted_seen"] == 8
     assert totals["requests_first_sight"] == 2  # r2 (its own chunks were repeats) and o2

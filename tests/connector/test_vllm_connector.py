@@ -14,36 +14,12 @@ from typing import Any
 
 import pytest
 
-from tests.connector.conftest import Engines, fresh_salt
+from tests.connector.conftest import NO_REUSE, Engines, _delta, _flush, _gen, _metrics, fresh_salt
 
 # 900 s: the first test also pays for starting the shared vLLM engines (minutes on 2 busy cores)
 pytestmark = [pytest.mark.ray, pytest.mark.model, pytest.mark.slow, pytest.mark.timeout(900)]
 
 C = 128
-
-
-def _gen(host: Any, prompts: list[list[int]], **kw: Any) -> list[Any]:
-    import ray
-
-    return list(ray.get(host.generate.remote(prompts, **kw), timeout=300))
-
-
-def _flush(host: Any) -> None:
-    """Wait until the groups ``host`` published so far are in the directory (publishing is
-    asynchronous; without this a lookup right after the request could miss them)."""
-    import ray
-
-    ray.get(host.flush.remote(), timeout=120)
-
-
-def _metrics(host: Any) -> dict[str, float]:
-    import ray
-
-    return dict(ray.get(host.metrics.remote(), timeout=60))
-
-
-def _delta(after: dict[str, float], before: dict[str, float], key: str) -> float:
-    return after.get(key, 0.0) - before.get(key, 0.0)
 
 
 def _prompts(e: Engines, groups: int, offset: int, suffix: int = 40) -> tuple[list[int], ...]:
@@ -54,10 +30,6 @@ def _prompts(e: Engines, groups: int, offset: int, suffix: int = 40) -> tuple[li
     s1, s2 = t[-2 * suffix - 10 : -suffix - 10], t[-suffix - 10 : -10]
     assert len(shared) == groups * C and len(s1) == len(s2) == suffix
     return shared + s1, shared + s2
-
-
-NO_REUSE = {"kvmoq": {"load": False, "publish": False}}
-"""The reference: this request recomputes everything and publishes nothing."""
 
 
 def _codec(codec: str, **more: Any) -> dict[str, Any]:
