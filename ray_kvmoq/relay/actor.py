@@ -543,6 +543,10 @@ class RelayActor:
         heartbeat_s: float = 30.0,
         data_planes: int | None = 0,
     ) -> None:
+        # The relay's one ray.get on its event loop does not block: RayGroupStore.put reads back
+        # the object it has just sealed, which returns at once. Ray would still log "Using
+        # blocking ray.get inside async actor" for it in every relay's log.
+        os.environ.setdefault("RAY_WARN_BLOCKING_GET_INSIDE_ASYNC", "0")
         self.ray_node_id = ray.get_runtime_context().get_node_id()
         self.node_id = relay_id or self.ray_node_id
         """Directory key of this relay (the Ray node id unless a test runs two per node)."""
