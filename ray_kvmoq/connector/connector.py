@@ -26,8 +26,6 @@ true}}``: it times itself, and the scheduler's step clock skips the steps it run
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +44,7 @@ from .identity import model_fingerprint, namespace_model_name
 from .metadata import MoqtConnectorMetadata
 from .paged import ChannelLayout, CpuLayout, PagedLayout
 from .scheduler import SchedulerSide
-from .stats import MoqtConnectorStats, MoqtPromMetrics
+from .stats import CounterReporter, MoqtConnectorStats, MoqtPromMetrics
 from .worker import WorkerSide
 
 if TYPE_CHECKING:
@@ -89,9 +87,6 @@ class MoqtKVConnector(KVConnectorBase_V1):
         self.block_size = int(vllm_config.cache_config.block_size)
         self.bridge = RelayBridge(self.conf)
         self._engine_id = str(ktc.engine_id or id(self))
-        self._reported_at = 0.0
-        self._sent: dict[str, int] = {}
-        self._late_report: threading.Timer | None = None
         self._sched: SchedulerSide | None = None
         self._worker: WorkerSide | None = None
         if role == KVConnectorRole.SCHEDULER:
@@ -108,6 +103,7 @@ class MoqtKVConnector(KVConnectorBase_V1):
                 bytes_per_token=_bytes_per_token(vllm_config),
             )
             log.info("MoQT KV connector (scheduler): model %s, role %s", model, ktc.kv_role)
+            counters, source = self._sched.counters, f"{self._engine_id}:scheduler"
         else:
             self._worker = WorkerSide(
                 bridge=self.bridge,
@@ -116,6 +112,15 @@ class MoqtKVConnector(KVConnectorBase_V1):
                 chunk_size=self.conf.chunk_size,
                 load_timeout_s=self.conf.load_timeout_s,
             )
+            counters, source = self._worker.counters, f"{self._engine_id}:worker"
+        self._reporter = CounterReporter(
+            counters,
+            lambda totals: self.bridge.report_counters(source, totals),
+            _COUNTERS_PERIOD_S,
+        )
+        """Sends this side's cumulative counters to the figures board (``CounterReporter``)."""
+        if self._worker is not None:
+            self._worker.on_count = self._reporter.poke  # publishes end on their own thread
 
     # ==============================
     # Worker-side methods
@@ -169,33 +174,12 @@ class MoqtKVConnector(KVConnectorBase_V1):
         side = self._worker or self._sched
         if side is None:
             return None
-        self._report_counters()
+        self._reporter.poke()
         counts = side.counters.take()
         return MoqtConnectorStats(data=counts) if any(counts.values()) else None
 
-    def _report_counters(self) -> None:
-        """Send the cumulative counters to the board at most every ``_COUNTERS_PERIOD_S``;
-        changes not sent yet go out by a timer, since an engine that falls idle makes no more
-        steps (the last aborts of a burst would otherwise never reach the board)."""
-        side = self._worker or self._sched
-        if side is None:
-            return
-        totals = side.counters.totals()
-        if totals == self._sent:
-            return
-        wait = self._reported_at + _COUNTERS_PERIOD_S - time.monotonic()
-        if wait <= 0:
-            self._reported_at, self._sent = time.monotonic(), totals
-            role = "worker" if self._worker is not None else "scheduler"
-            self.bridge.report_counters(f"{self._engine_id}:{role}", totals)
-        elif self._late_report is None or not self._late_report.is_alive():
-            self._late_report = threading.Timer(wait + 0.01, self._report_counters)
-            self._late_report.daemon = True
-            self._late_report.start()
-
     def shutdown(self) -> None:
-        if self._late_report is not None:
-            self._late_report.cancel()
+        self._reporter.cancel()
         if self._worker is not None:
             self._worker.shutdown()
 
@@ -230,7 +214,7 @@ class MoqtKVConnector(KVConnectorBase_V1):
         self, request: Request, block_ids: list[int]
     ) -> tuple[bool, dict[str, Any] | None]:
         out = self.scheduler.request_finished(request)
-        self._report_counters()  # an abort may be the engine's last event for a while
+        self._reporter.poke()  # an abort may be the engine's last event for a while
         return out
 
     # ==============================

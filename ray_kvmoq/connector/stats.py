@@ -12,6 +12,8 @@ read them without a Prometheus scrape.
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -21,7 +23,13 @@ from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (
 )
 from vllm.v1.metrics.utils import create_metric_per_engine
 
-__all__ = ["COUNTER_NAMES", "ConnectorCounters", "MoqtConnectorStats", "MoqtPromMetrics"]
+__all__ = [
+    "COUNTER_NAMES",
+    "ConnectorCounters",
+    "CounterReporter",
+    "MoqtConnectorStats",
+    "MoqtPromMetrics",
+]
 
 
 @dataclass
@@ -113,6 +121,51 @@ class ConnectorCounters:
 
 
 COUNTER_NAMES = tuple(f.name for f in fields(ConnectorCounters) if not f.name.startswith("_"))
+
+
+class CounterReporter:
+    """Sends a side's cumulative counters (``totals``) with ``send`` whenever they changed: at
+    once if the last send is ``period_s`` old, else by a timer at the end of the period.
+
+    Call :meth:`poke` wherever counts change, on any thread: an engine that falls idle makes no
+    more steps, so a publish that finishes on its own thread after the request's last step, or
+    an abort, would otherwise not reach the board until the next request."""
+
+    def __init__(
+        self,
+        counters: ConnectorCounters,
+        send: Callable[[dict[str, int]], None],
+        period_s: float,
+    ) -> None:
+        self._counters = counters
+        self._send = send
+        self.period_s = period_s
+        self._lock = threading.Lock()
+        self._sent: dict[str, int] = {}
+        self._sent_at = -period_s
+        self._timer: threading.Timer | None = None
+
+    def poke(self) -> None:
+        """Send the totals if they changed since the last send (now, or when the period ends)."""
+        with self._lock:
+            totals = self._counters.totals()
+            if totals == self._sent:
+                return
+            wait = self._sent_at + self.period_s - time.monotonic()
+            if wait > 0:
+                if self._timer is None or not self._timer.is_alive():
+                    self._timer = threading.Timer(wait + 0.01, self.poke)
+                    self._timer.daemon = True
+                    self._timer.start()
+                return
+            self._sent, self._sent_at = totals, time.monotonic()
+        self._send(totals)
+
+    def cancel(self) -> None:
+        """Stop a pending timer (shutdown)."""
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
 
 
 @dataclass

@@ -123,6 +123,9 @@ class WorkerSide:
         self.chunk_size = chunk_size
         self.load_timeout_s = load_timeout_s
         self.counters = ConnectorCounters()
+        self.on_count: Callable[[], None] | None = None
+        """Called after every count (on the thread that counted): publishes and loads end on
+        this side's own threads, after the step that asked for them."""
         self.codebooks = Codebooks()
         self.caches: dict[str, torch.Tensor] = {}
         self.layers: list[str] = []
@@ -420,6 +423,8 @@ class WorkerSide:
 
     def _count(self, **deltas: int) -> None:
         self.counters.add(**deltas)
+        if self.on_count is not None:
+            self.on_count()
 
     def shutdown(self) -> None:
         """Stop the threads (queued publishes finish first)."""
